@@ -1,0 +1,125 @@
+// Watches one instance through a graceful shutdown, as a load balancer and its clients would.
+//
+//   node scripts/shutdown-probe.mjs BASE_URL API_KEY -- COMMAND [ARGS...]
+//
+// Before running COMMAND (which must deliver SIGTERM to the instance), it attaches
+//  - a keep-alive client (one reused socket) that keeps sending GET /v1/categories,
+//  - an idle keep-alive socket that sent one request and then never speaks or closes again
+//    (a client that could hold the process open if the server waited for keepAliveTimeout).
+// After COMMAND it polls GET /health/ready on fresh connections and records:
+//  - ms until ready answered 503, how many API requests still succeeded during the drain,
+//  - whether every response after the signal carried `Connection: close`,
+//  - any request that failed other than by a refused connection once the listener closed.
+// Prints one JSON line and exits 0 when the shutdown behaved, 1 otherwise. Bounded: 60 s.
+import http from 'node:http'
+import net from 'node:net'
+import { spawnSync } from 'node:child_process'
+import process from 'node:process'
+
+const sep = process.argv.indexOf('--')
+const [base, key] = process.argv.slice(2, sep)
+const killCmd = process.argv.slice(sep + 1)
+if (sep < 0 || !base || !key || killCmd.length === 0) {
+  console.error('usage: shutdown-probe.mjs BASE_URL API_KEY -- COMMAND [ARGS...]')
+  process.exit(2)
+}
+const target = new URL(base)
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 1 })
+
+function request (path, { agent = false, headers = {} } = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({
+      host: target.hostname, port: target.port, path, agent, headers, timeout: 5000
+    }, (res) => {
+      res.resume()
+      res.on('end', () => resolve({ status: res.statusCode, connection: res.headers.connection, socketReused: req.reusedSocket }))
+      res.on('error', reject)
+    })
+    req.on('timeout', () => req.destroy(new Error('timeout')))
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+const api = () => request('/v1/categories', { agent: keepAlive, headers: { authorization: `Bearer ${key}` } })
+
+// Warm up the keep-alive socket and check it is really reused.
+const w1 = await api()
+const w2 = await api()
+if (w1.status !== 200 || w2.status !== 200) {
+  console.log(JSON.stringify({ ok: false, reason: `warm-up answered ${w1.status}/${w2.status}` }))
+  process.exit(1)
+}
+
+// The idle keep-alive socket: one request, read the answer, then stay silent.
+const idle = net.connect({ host: target.hostname, port: Number(target.port) })
+let idleClosedAt = null
+await new Promise((resolve, reject) => {
+  idle.once('error', reject)
+  idle.once('connect', () => {
+    idle.write(`GET /health/live HTTP/1.1\r\nHost: ${target.host}\r\nConnection: keep-alive\r\n\r\n`)
+  })
+  idle.once('data', () => resolve())
+})
+idle.on('error', () => {})
+idle.on('close', () => { idleClosedAt = Date.now() })
+
+const signalledAt = Date.now()
+const killed = spawnSync(killCmd[0], killCmd.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] })
+if (killed.status !== 0) {
+  console.log(JSON.stringify({ ok: false, reason: `kill command exited ${killed.status}` }))
+  process.exit(1)
+}
+
+const result = {
+  ok: true,
+  readyTurned503AfterMs: null,
+  drainApiOk: 0,
+  drainApiWithoutConnectionClose: 0,
+  failures: [],
+  listenerClosedAfterMs: null,
+  idleKeepAliveClosedAfterMs: null
+}
+const deadline = signalledAt + 60_000
+while (Date.now() < deadline) {
+  let closed = false
+  try {
+    const r = await request('/health/ready')
+    if (r.status === 503 && result.readyTurned503AfterMs === null) result.readyTurned503AfterMs = Date.now() - signalledAt
+    if (r.status === 200 && result.readyTurned503AfterMs !== null) result.failures.push('ready answered 200 after 503')
+  } catch (err) {
+    if (err.code === 'ECONNREFUSED') closed = true
+    else result.failures.push(`ready: ${err.code ?? err.message}`)
+  }
+  if (!closed) {
+    try {
+      const r = await api()
+      if (r.status === 200) result.drainApiOk++
+      else result.failures.push(`api answered ${r.status} during drain`)
+      // Counted from the moment the instance shows it has seen the signal (ready 503).
+      if (r.connection !== 'close' && result.readyTurned503AfterMs !== null) result.drainApiWithoutConnectionClose++
+    } catch (err) {
+      if (err.code === 'ECONNREFUSED') closed = true
+      else result.failures.push(`api: ${err.code ?? err.message}`)
+    }
+  }
+  if (closed) {
+    result.listenerClosedAfterMs = Date.now() - signalledAt
+    break
+  }
+  await sleep(100)
+}
+// Give the idle socket a moment to be closed by the server if it has not been already.
+for (let i = 0; i < 50 && idleClosedAt === null; i++) await sleep(100)
+result.idleKeepAliveClosedAfterMs = idleClosedAt === null ? null : idleClosedAt - signalledAt
+idle.destroy()
+keepAlive.destroy()
+
+if (result.readyTurned503AfterMs === null || result.readyTurned503AfterMs > 1000) result.failures.push('ready did not turn 503 within 1 s of SIGTERM')
+if (result.drainApiWithoutConnectionClose > 0) result.failures.push('responses after SIGTERM without Connection: close')
+if (result.listenerClosedAfterMs === null) result.failures.push('listener still open after 60 s')
+if (result.idleKeepAliveClosedAfterMs === null) result.failures.push('idle keep-alive socket left open by the server')
+result.ok = result.failures.length === 0
+console.log(JSON.stringify(result))
+process.exit(result.ok ? 0 : 1)
