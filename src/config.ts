@@ -1,0 +1,146 @@
+import { createHash } from 'node:crypto'
+import { Type, type Static } from '@sinclair/typebox'
+import envSchema from 'env-schema'
+
+/** Every environment variable the service reads, with its default. The README's table mirrors this. */
+const EnvSchema = Type.Object({
+  NODE_ENV: Type.String({ default: 'development' }),
+  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  API_KEYS: Type.Optional(Type.String()),
+  API_KEY_SHA256: Type.Optional(Type.String()),
+  LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map(l => Type.Literal(l)), { default: 'info' }),
+  PETS_SUNSET: Type.Optional(Type.String({ pattern: '^\\d{4}-\\d{2}-\\d{2}$' })),
+  TRUST_PROXY: Type.Union([Type.Boolean(), Type.String({ minLength: 1 })], { default: false }),
+  DATA_DIR: Type.String({ minLength: 1, default: './data' }),
+  DB_POOL_MAX: Type.Integer({ minimum: 1, maximum: 1000, default: 10 }),
+  DB_CONNECTION_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 60000, default: 2000 }),
+  DB_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 5000 }),
+  BODY_LIMIT_BYTES: Type.Integer({ minimum: 1, maximum: 104857600, default: 65536 }),
+  REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 30000 }),
+  KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 72000 }),
+  SHUTDOWN_DRAIN_MS: Type.Optional(Type.Integer({ minimum: 0, maximum: 600000 })),
+  SHUTDOWN_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 10000 }),
+  METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9464 }),
+  METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1' })
+})
+
+type Env = Static<typeof EnvSchema>
+
+export interface Config {
+  production: boolean
+  /** Unset outside production means: start the embedded PostgreSQL. */
+  databaseUrl: string | undefined
+  port: number
+  host: string
+  /** SHA-256 digests of every accepted API key; empty outside production means: create a development key. */
+  apiKeyDigests: Buffer[]
+  logLevel: string
+  /** Sunset of GET /v1/pets/{petId} as an HTTP-date (RFC 8594), when configured. */
+  petsSunset: string | undefined
+  trustProxy: boolean | string
+  dataDir: string
+  db: { poolMax: number, connectionTimeoutMs: number, statementTimeoutMs: number }
+  bodyLimitBytes: number
+  requestTimeoutMs: number
+  keepAliveTimeoutMs: number
+  shutdown: { drainMs: number, timeoutMs: number }
+  metrics: { port: number, host: string }
+}
+
+export class ConfigError extends Error {
+  constructor (message: string) {
+    super(message)
+    this.name = 'ConfigError'
+  }
+}
+
+export function sha256 (key: string): Buffer {
+  return createHash('sha256').update(key, 'utf8').digest()
+}
+
+/** A comma-separated list where every entry must be non-blank: "a,,b" is a mistake, not two keys. */
+function list (name: string, value: string | undefined): string[] {
+  if (value === undefined) return []
+  const items = value.split(',').map(item => item.trim())
+  if (items.some(item => item === '')) {
+    throw new ConfigError(`${name} contains an empty or blank key; separate keys with single commas`)
+  }
+  return items
+}
+
+function apiKeyDigests (env: Env): Buffer[] {
+  const plain = list('API_KEYS', env.API_KEYS).map(sha256)
+  const hashed = list('API_KEY_SHA256', env.API_KEY_SHA256).map(hex => {
+    if (!/^[0-9a-fA-F]{64}$/.test(hex)) {
+      throw new ConfigError('API_KEY_SHA256 entries must be 64 hexadecimal characters (a SHA-256 digest)')
+    }
+    return Buffer.from(hex, 'hex')
+  })
+  return [...plain, ...hashed]
+}
+
+function httpDate (name: string, isoDate: string | undefined): string | undefined {
+  if (isoDate === undefined) return undefined
+  const date = new Date(`${isoDate}T00:00:00Z`)
+  if (Number.isNaN(date.getTime()) || date.toISOString().slice(0, 10) !== isoDate) {
+    throw new ConfigError(`${name} must be a valid ISO date (YYYY-MM-DD), got "${isoDate}"`)
+  }
+  return date.toUTCString()
+}
+
+function trustProxy (value: boolean | string): boolean | string {
+  if (typeof value === 'boolean') return value
+  if (value === 'true') return true
+  if (value === 'false') return false
+  return value // an address list or CIDR, as Fastify's trustProxy accepts
+}
+
+/** Parses the environment once; a bad value throws a ConfigError naming the variable. */
+export function loadConfig (source: NodeJS.ProcessEnv = process.env): Config {
+  // Empty variables count as unset (deployment tools write them), except key lists: an empty key is an error.
+  const keyLists = new Set(['API_KEYS', 'API_KEY_SHA256'])
+  const data = Object.fromEntries(Object.entries(source).filter(([k, v]) => v !== undefined && (v !== '' || keyLists.has(k))))
+  let env: Env
+  try {
+    env = envSchema<Env>({ schema: EnvSchema, data, env: false })
+  } catch (err) {
+    throw new ConfigError(`invalid configuration: ${(err as Error).message.replace(/env\//g, '')}`)
+  }
+  const production = env.NODE_ENV === 'production'
+  const digests = apiKeyDigests(env)
+  if (production) {
+    const missing = [
+      env.DATABASE_URL === undefined ? 'DATABASE_URL' : undefined,
+      digests.length === 0 ? 'API_KEYS or API_KEY_SHA256' : undefined
+    ].filter(Boolean)
+    if (missing.length > 0) {
+      throw new ConfigError(`NODE_ENV=production requires ${missing.join(' and ')} to be set`)
+    }
+  }
+  return {
+    production,
+    databaseUrl: env.DATABASE_URL,
+    port: env.PORT,
+    host: env.HOST,
+    apiKeyDigests: digests,
+    logLevel: env.LOG_LEVEL,
+    petsSunset: httpDate('PETS_SUNSET', env.PETS_SUNSET),
+    trustProxy: trustProxy(env.TRUST_PROXY),
+    dataDir: env.DATA_DIR,
+    db: {
+      poolMax: env.DB_POOL_MAX,
+      connectionTimeoutMs: env.DB_CONNECTION_TIMEOUT_MS,
+      statementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS
+    },
+    bodyLimitBytes: env.BODY_LIMIT_BYTES,
+    requestTimeoutMs: env.REQUEST_TIMEOUT_MS,
+    keepAliveTimeoutMs: env.KEEP_ALIVE_TIMEOUT_MS,
+    shutdown: {
+      drainMs: env.SHUTDOWN_DRAIN_MS ?? (production ? 5000 : 0),
+      timeoutMs: env.SHUTDOWN_TIMEOUT_MS
+    },
+    metrics: { port: env.METRICS_PORT, host: env.METRICS_HOST }
+  }
+}

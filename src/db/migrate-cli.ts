@@ -1,0 +1,12 @@
+import { loadConfig, ConfigError } from '../config.js'
+import { runMigrations } from './migrate.js'
+
+/** `npm run migrate`: apply pending migrations to DATABASE_URL and exit. */
+try {
+  const { databaseUrl } = loadConfig()
+  if (databaseUrl === undefined) throw new ConfigError('DATABASE_URL must be set to run migrations')
+  await runMigrations(databaseUrl, console)
+} catch (err) {
+  console.error(err instanceof ConfigError ? err.message : err)
+  process.exitCode = 1
+}

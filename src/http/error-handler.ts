@@ -1,0 +1,95 @@
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { patternRules } from '../categories/schemas.js'
+import { ApiError, errorForStatus, malformedJson, notFound, validationFailed } from './errors.js'
+
+/*
+ * One place turns every failure into the contract's Error body: our own
+ * ApiErrors, schema validation, the framework's and plugins' errors, Node's
+ * client errors (before a request exists) and bugs.
+ */
+
+interface AjvError { keyword: string, instancePath: string, params: Record<string, unknown>, message?: string }
+
+function describeValidation (error: AjvError, context: string): string {
+  const field = error.instancePath.replace(/^\//, '').replace(/\//g, '.')
+  const subject = field === '' ? (context === 'body' ? 'request body' : context) : `'${field}'`
+  const p = error.params
+  switch (error.keyword) {
+    case 'additionalProperties':
+      return `${context === 'body' ? 'request body' : context} has an unknown member '${String(p.additionalProperty)}'`
+    case 'required':
+      return `${subject} is missing the required member '${String(p.missingProperty)}'`
+    case 'type':
+      return field === '' && context === 'body'
+        ? 'request body must be a JSON object'
+        : `${subject} must be of type ${String(p.type)}`
+    case 'minLength':
+      return `${subject} must be at least ${String(p.limit)} character${p.limit === 1 ? '' : 's'} long`
+    case 'maxLength':
+      return `${subject} must be at most ${String(p.limit)} characters long`
+    case 'pattern':
+      return `${subject} ${patternRules[String(p.pattern)] ?? 'has an invalid format'}`
+    default:
+      return `${subject} ${error.message ?? 'is invalid'}`
+  }
+}
+
+/** Maps any thrown value to the ApiError the client sees. */
+export function toApiError (err: unknown): ApiError {
+  if (err instanceof ApiError) return err
+  const error = err as FastifyError & { validation?: AjvError[], validationContext?: string }
+  if (Array.isArray(error.validation) && error.validation[0] !== undefined) {
+    return validationFailed(describeValidation(error.validation[0], error.validationContext ?? 'body'))
+  }
+  switch (error.code) {
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return malformedJson('request body is empty; send a JSON object')
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return errorForStatus(415, 'Content-Type must be application/json')
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return validationFailed('Content-Length does not match the request body')
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return errorForStatus(413, 'request body is larger than the limit')
+    case 'FST_ERR_BAD_URL':
+      return validationFailed('the request URL is not valid')
+  }
+  const status = typeof error.statusCode === 'number' ? error.statusCode : 500
+  if (status >= 400 && status < 500) return errorForStatus(status, STATUS_CODES[status] ?? 'bad request')
+  return errorForStatus(500, 'internal error')
+}
+
+export function sendError (reply: FastifyReply, error: ApiError): FastifyReply {
+  return reply.code(error.status).headers(error.headers).send(error.toBody())
+}
+
+export function registerErrorHandling (app: FastifyInstance): void {
+  app.setErrorHandler((err: unknown, request: FastifyRequest, reply: FastifyReply) => {
+    const error = toApiError(err)
+    if (error.code === 'INTERNAL_ERROR') {
+      request.log.error({ err }, 'unexpected error')
+    } else if (error.status === 503) {
+      request.log.warn({ err: (err as Error).cause ?? err }, error.message)
+    }
+    return sendError(reply, error)
+  })
+
+  app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) =>
+    sendError(reply, notFound(`no route for ${request.method} ${request.url.split('?')[0] ?? ''}`)))
+}
+
+/** Node rejects some requests before Fastify sees them (bad HTTP, header overflow, timeouts). */
+export function clientErrorHandler (err: Error & { code?: string }, socket: Socket): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return
+  const error = err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+    ? errorForStatus(408, 'the request took too long to arrive')
+    : err.code === 'HPE_HEADER_OVERFLOW'
+      ? errorForStatus(431, 'request headers are too large')
+      : errorForStatus(400, 'the request is not valid HTTP')
+  const body = JSON.stringify(error.toBody())
+  if (socket.writable) {
+    socket.write(`HTTP/1.1 ${error.status} ${STATUS_CODES[error.status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+  }
+  socket.destroy()
+}

@@ -1,0 +1,85 @@
+import { Type, type Static, type TUnsafe } from '@sinclair/typebox'
+import { ref } from './shared-schemas.js'
+
+/**
+ * Error codes from the contract's section 6, plus two for transport-level
+ * failures the contract's table does not name (documented in the README).
+ */
+export const ErrorCodes = {
+  400: 'VALIDATION_FAILED',
+  401: 'UNAUTHORIZED',
+  404: 'NOT_FOUND',
+  405: 'METHOD_NOT_ALLOWED',
+  408: 'REQUEST_TIMEOUT',
+  409: 'IDEMPOTENCY_KEY_IN_USE',
+  413: 'PAYLOAD_TOO_LARGE',
+  415: 'UNSUPPORTED_MEDIA_TYPE',
+  422: 'IDEMPOTENCY_KEY_REUSED',
+  429: 'RATE_LIMITED',
+  431: 'HEADERS_TOO_LARGE',
+  500: 'INTERNAL_ERROR',
+  501: 'NOT_IMPLEMENTED',
+  503: 'SERVICE_UNAVAILABLE'
+} as const
+
+export const MALFORMED_JSON = 'MALFORMED_JSON'
+
+export type ErrorCode = (typeof ErrorCodes)[keyof typeof ErrorCodes] | typeof MALFORMED_JSON
+
+const allCodes: ErrorCode[] = [...new Set<ErrorCode>([...Object.values(ErrorCodes), MALFORMED_JSON])]
+
+export const ErrorSchema = Type.Object({
+  code: Type.Unsafe<ErrorCode>({ type: 'string', enum: allCodes, description: 'Machine-readable error code' }),
+  message: Type.String({ description: 'Human-readable explanation; never internals' }),
+  status: Type.Integer({ description: 'Equal to the HTTP status of the response', minimum: 400, maximum: 599 })
+}, { $id: 'Error', title: 'Error', additionalProperties: false })
+
+export type ErrorBody = Static<typeof ErrorSchema>
+
+/** Every failure the service produces on purpose is one of these. */
+export class ApiError extends Error {
+  readonly status: number
+  readonly code: ErrorCode
+  readonly headers: Record<string, string>
+
+  constructor (status: number, code: ErrorCode, message: string, headers: Record<string, string> = {}) {
+    super(message)
+    this.name = 'ApiError'
+    this.status = status
+    this.code = code
+    this.headers = headers
+  }
+
+  toBody (): ErrorBody {
+    return { code: this.code, message: this.message, status: this.status }
+  }
+}
+
+export const validationFailed = (message: string): ApiError =>
+  new ApiError(400, 'VALIDATION_FAILED', message)
+
+export const malformedJson = (message: string): ApiError =>
+  new ApiError(400, MALFORMED_JSON, message)
+
+export const notFound = (message: string): ApiError =>
+  new ApiError(404, 'NOT_FOUND', message)
+
+export const notImplemented = (message: string): ApiError =>
+  new ApiError(501, 'NOT_IMPLEMENTED', message)
+
+/** Retry-After is in seconds; one second is long enough for a pool or a restarting database. */
+export const serviceUnavailable = (message: string, retryAfterSeconds = 1): ApiError =>
+  new ApiError(503, 'SERVICE_UNAVAILABLE', message, { 'retry-after': String(retryAfterSeconds) })
+
+/** The body of a status the service did not produce on purpose (framework, plugin, Node). */
+export function errorForStatus (status: number, message: string): ApiError {
+  const code = (ErrorCodes as Record<number, ErrorCode>)[status]
+  if (code !== undefined) return new ApiError(status, code, message)
+  if (status >= 500) return new ApiError(500, 'INTERNAL_ERROR', 'internal error')
+  return new ApiError(400, 'VALIDATION_FAILED', message)
+}
+
+/** Error responses for the OpenAPI document: every listed status answers with the Error schema. */
+export function errorResponses (...statuses: number[]): Record<number, TUnsafe<ErrorBody>> {
+  return Object.fromEntries(statuses.map(status => [status, ref(ErrorSchema)]))
+}

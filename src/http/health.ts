@@ -1,0 +1,26 @@
+import { Type } from '@sinclair/typebox'
+import type { FastifyInstance } from 'fastify'
+import type pg from 'pg'
+import { withDatabase } from '../db/errors.js'
+import { MIGRATIONS_TABLE } from '../db/migrate.js'
+import { errorResponses, serviceUnavailable } from './errors.js'
+import type { Lifecycle } from './lifecycle.js'
+
+const Status = Type.Object({ status: Type.Literal('ok') })
+
+/**
+ * Liveness: the process answers. Readiness: the database answers and every
+ * migration is applied, and the instance is not shutting down (a load balancer
+ * then stops sending it traffic while it drains).
+ */
+export function registerHealthRoutes (app: FastifyInstance, deps: { pool: pg.Pool, migrations: string[], lifecycle: Lifecycle }): void {
+  const schema = { hide: true, response: { 200: Status, ...errorResponses(503) } }
+  app.get('/health/live', { schema, logLevel: 'warn' }, async () => ({ status: 'ok' as const }))
+  app.get('/health/ready', { schema, logLevel: 'warn' }, async () => {
+    if (deps.lifecycle.shuttingDown) throw serviceUnavailable('shutting down')
+    const { rows } = await withDatabase(async () => await deps.pool.query<{ applied: number }>(
+      `SELECT count(*)::int AS applied FROM ${MIGRATIONS_TABLE} WHERE name = ANY($1)`, [deps.migrations]))
+    if (rows[0]?.applied !== deps.migrations.length) throw serviceUnavailable('database migrations are not applied')
+    return { status: 'ok' as const }
+  })
+}

@@ -1,0 +1,38 @@
+import { isUtf8 } from 'node:buffer'
+import type { FastifyInstance } from 'fastify'
+import { errorForStatus, malformedJson } from './errors.js'
+
+const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)"?/i
+
+/**
+ * The only body parser: application/json in UTF-8. Fastify's own parser decodes
+ * invalid UTF-8 to U+FFFD silently; the contract wants a 400 instead, so the
+ * body is read as bytes and checked before JSON.parse. Other media types: 415.
+ */
+export function registerJsonBodyParser (app: FastifyInstance): void {
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body: Buffer, done) => {
+    const charset = CHARSET.exec(request.headers['content-type'] ?? '')?.[1]?.toLowerCase()
+    if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+      done(errorForStatus(415, 'Content-Type charset must be utf-8'), undefined)
+      return
+    }
+    if (body.length === 0) {
+      done(malformedJson('request body is empty; send a JSON object'), undefined)
+      return
+    }
+    if (!isUtf8(body)) {
+      done(malformedJson('request body is not valid UTF-8'), undefined)
+      return
+    }
+    let value: unknown
+    try {
+      // JSON.parse makes "__proto__" an own member (schema validation rejects it), never a prototype.
+      value = JSON.parse(body.toString('utf8'))
+    } catch {
+      done(malformedJson('request body is not valid JSON'), undefined)
+      return
+    }
+    done(null, value)
+  })
+}

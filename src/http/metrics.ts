@@ -1,0 +1,60 @@
+import { createServer, type Server } from 'node:http'
+import type { FastifyInstance } from 'fastify'
+import type pg from 'pg'
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+
+/**
+ * Prometheus metrics: request duration by route and status, and the database
+ * pool's counts. They are served on their own port (METRICS_PORT), never on the
+ * public one.
+ */
+export function registerMetrics (app: FastifyInstance, pool: pg.Pool): Registry {
+  const registry = new Registry()
+  collectDefaultMetrics({ register: registry })
+  const duration = new Histogram({
+    name: 'http_request_duration_seconds',
+    help: 'Duration of HTTP requests by method, route and status',
+    labelNames: ['method', 'route', 'status'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [registry]
+  })
+  const poolGauge = (name: string, help: string, read: () => number): Gauge => new Gauge({
+    name, help, registers: [registry], collect () { this.set(read()) }
+  })
+  poolGauge('db_pool_connections_total', 'Connections the pool holds', () => pool.totalCount)
+  poolGauge('db_pool_connections_idle', 'Idle connections in the pool', () => pool.idleCount)
+  poolGauge('db_pool_requests_waiting', 'Queries waiting for a connection', () => pool.waitingCount)
+  const poolErrors = new Counter({ name: 'db_pool_errors_total', help: 'Errors on idle pool connections', registers: [registry] })
+  pool.on('error', () => { poolErrors.inc() })
+
+  app.addHook('onResponse', (request, reply, done) => {
+    // The route pattern, not the raw URL, so ids do not explode the label set.
+    const route = request.routeOptions.url ?? 'unmatched'
+    duration.observe({ method: request.method, route, status: reply.statusCode }, reply.elapsedTime / 1000)
+    done()
+  })
+  return registry
+}
+
+export async function startMetricsServer (registry: Registry, options: { port: number, host: string }): Promise<Server | undefined> {
+  if (options.port === 0) return undefined
+  const server = createServer((req, res) => {
+    if (req.method !== 'GET' || req.url !== '/metrics') {
+      res.writeHead(404, { 'content-type': 'application/json; charset=utf-8' })
+      res.end(JSON.stringify({ code: 'NOT_FOUND', message: 'metrics are at GET /metrics', status: 404 }))
+      return
+    }
+    registry.metrics().then(text => {
+      res.writeHead(200, { 'content-type': registry.contentType })
+      res.end(text)
+    }, () => {
+      res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' })
+      res.end(JSON.stringify({ code: 'INTERNAL_ERROR', message: 'internal error', status: 500 }))
+    })
+  })
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(options.port, options.host, resolve)
+  })
+  return server
+}

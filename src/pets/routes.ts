@@ -1,0 +1,25 @@
+import { Type } from '@sinclair/typebox'
+import type { FastifyInstance } from 'fastify'
+import { errorResponses, notImplemented } from '../http/errors.js'
+import { rejectOtherMethods } from '../http/method-not-allowed.js'
+
+/** Placeholder required by the contract: the operation exists, is deprecated, and answers 501. */
+export function registerPetRoutes (app: FastifyInstance, options: { sunset: string | undefined }): void {
+  app.get('/v1/pets/:petId', {
+    schema: {
+      operationId: 'getPet',
+      summary: 'Get a pet (deprecated placeholder)',
+      description: 'Placeholder: the behaviour of this operation is not defined yet. It always answers 501 NOT_IMPLEMENTED, with a Deprecation header and, when configured, a Sunset header.',
+      deprecated: true,
+      tags: ['pets'],
+      security: [{ bearer: [] }],
+      params: Type.Object({ petId: Type.String({ description: 'Pet id (not interpreted yet)' }) }),
+      response: errorResponses(401, 429, 501)
+    }
+  }, async (_request, reply) => {
+    reply.header('deprecation', 'true')
+    if (options.sunset !== undefined) reply.header('sunset', options.sunset)
+    throw notImplemented('getPet is not implemented yet')
+  })
+  rejectOtherMethods(app, '/v1/pets/:petId', ['GET'])
+}
