@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
-import { mkdir, readFile, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import path from 'node:path'
 
@@ -58,6 +58,9 @@ export async function startEmbeddedPostgres ({ dir, log = () => {} }: EmbeddedOp
   const root = path.resolve(dir)
   const databaseDir = path.join(root, 'postgres')
   await mkdir(root, { recursive: true })
+  const asRoot = process.getuid?.() === 0
+  // As root, PostgreSQL runs as the `postgres` system user, which must be able to reach its data directory.
+  if (asRoot) await chmod(root, 0o711)
   const password = await loadOrCreatePassword(path.join(root, 'postgres-password'))
   const port = await freePort()
   const server = new EmbeddedPostgres({
@@ -68,7 +71,7 @@ export async function startEmbeddedPostgres ({ dir, log = () => {} }: EmbeddedOp
     authMethod: 'scram-sha-256',
     persistent: true,
     // PostgreSQL refuses to run as root; as root the package runs it as a `postgres` system user.
-    createPostgresUser: process.getuid?.() === 0,
+    createPostgresUser: asRoot,
     initdbFlags: ['--encoding=UTF8', '--no-locale'],
     // Loopback TCP only: no Unix socket directory that may not exist or be writable.
     postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],

@@ -1,0 +1,38 @@
+import { Writable } from 'node:stream'
+import type { FastifyInstance } from 'fastify'
+import { buildApp } from '../../src/app.js'
+import { loadConfig } from '../../src/config.js'
+
+export const TEST_KEY = 'test-key-0123456789'
+export const OTHER_KEY = 'other-key-9876543210'
+export const AUTH = { authorization: `Bearer ${TEST_KEY}` }
+
+interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
+
+/** Every log line the app wrote, parsed. */
+export interface CapturedLogs { lines: string[] }
+
+/**
+ * The app exactly as production builds it: configuration through loadConfig
+ * (the same parsing and defaults) and the same buildApp factory. `env` adds or
+ * overrides variables.
+ */
+export async function testApp (t: Teardown, databaseUrl: string, env: Record<string, string> = {}): Promise<{ app: FastifyInstance, logs: CapturedLogs }> {
+  const logs: CapturedLogs = { lines: [] }
+  const logStream = new Writable({
+    write (chunk: Buffer, _encoding, callback) {
+      logs.lines.push(...chunk.toString('utf8').split('\n').filter(line => line !== ''))
+      callback()
+    }
+  })
+  const config = loadConfig({ DATABASE_URL: databaseUrl, API_KEYS: `${TEST_KEY},${OTHER_KEY}`, LOG_LEVEL: 'warn', METRICS_PORT: '0', ...env })
+  if (config.databaseUrl === undefined) throw new Error('testApp needs a database URL')
+  const app = await buildApp({ ...config, databaseUrl: config.databaseUrl }, { logStream })
+  t.teardown(async () => { await app.close() })
+  await app.ready()
+  return { app, logs }
+}
+
+export function json (body: unknown): { headers: Record<string, string>, payload: string } {
+  return { headers: { ...AUTH, 'content-type': 'application/json' }, payload: JSON.stringify(body) }
+}
