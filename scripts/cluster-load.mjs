@@ -1,0 +1,341 @@
+// Driver for `npm run test:cluster` (started by scripts/test-cluster.sh, which provides
+// HAProxy, a fresh database and the built app).
+//
+// It starts N instances of dist/server.js on loopback, waits until HAProxy sees them all UP,
+// then runs keep-alive writers (one POST per unique name, never retried once a response or a
+// network error came back) and list readers through HAProxy while it restarts every instance
+// in turn (SIGTERM, wait for exit, start again, wait until ready and UP in HAProxy).
+// It passes only if no request failed, every id answered 201 is in the final list with its
+// name, no row exists that no client sent, and all ids are unique. Exit 0 on pass, 1 on fail.
+//
+// Environment: LB_URL, STATS_URL, DATABASE_URL, API_KEY, INSTANCE_PORTS (comma list),
+// METRICS_PORTS (comma list, or empty for none), WORK_DIR (logs and pid file),
+// WRITERS (20), READERS (4), MIN_CREATES (2000), CREATE_RATE (per second, all writers: 300),
+// SHUTDOWN_DRAIN_MS (2000).
+import http from 'node:http'
+import fs from 'node:fs'
+import path from 'node:path'
+import process from 'node:process'
+import { spawn } from 'node:child_process'
+import { setTimeout as sleep } from 'node:timers/promises'
+import pg from 'pg'
+
+const env = process.env
+const lb = new URL(env.LB_URL ?? 'http://127.0.0.1:3100')
+const statsUrl = env.STATS_URL ?? 'http://127.0.0.1:3199/stats;csv'
+const apiKey = env.API_KEY
+const databaseUrl = env.DATABASE_URL
+const ports = (env.INSTANCE_PORTS ?? '3101,3102,3103').split(',').map(Number)
+const metricsPorts = (env.METRICS_PORTS ?? '').split(',').filter(Boolean).map(Number)
+const workDir = env.WORK_DIR ?? '.'
+const writers = Number(env.WRITERS ?? 20)
+const readers = Number(env.READERS ?? 4)
+const minCreates = Number(env.MIN_CREATES ?? 2000)
+const createRate = Number(env.CREATE_RATE ?? 300)
+const drainMs = env.SHUTDOWN_DRAIN_MS ?? '2000'
+const runId = `cl${Date.now().toString(36)}`
+if (!apiKey || !databaseUrl) {
+  console.error('cluster-load: API_KEY and DATABASE_URL are required')
+  process.exit(2)
+}
+
+const log = (...a) => console.log(`[${((performance.now()) / 1000).toFixed(1).padStart(6)}s]`, ...a)
+
+// ---------- instances ----------
+const instances = ports.map((port, i) => ({ index: i + 1, port, metricsPort: metricsPorts[i] ?? 0, child: null, starts: 0 }))
+const pidFile = path.join(workDir, 'instance.pids')
+
+function writePids () {
+  fs.writeFileSync(pidFile, instances.filter((x) => x.child).map((x) => x.child.pid).join('\n') + '\n')
+}
+
+function startInstance (inst) {
+  inst.starts++
+  const out = fs.openSync(path.join(workDir, `instance-${inst.index}.log`), 'a')
+  inst.child = spawn(process.execPath, ['dist/server.js'], {
+    stdio: ['ignore', out, out],
+    env: {
+      ...env,
+      NODE_ENV: 'production',
+      HOST: '127.0.0.1',
+      PORT: String(inst.port),
+      METRICS_HOST: '127.0.0.1',
+      METRICS_PORT: String(inst.metricsPort),
+      DATABASE_URL: databaseUrl,
+      API_KEYS: apiKey,
+      SHUTDOWN_DRAIN_MS: drainMs,
+      LOG_LEVEL: env.INSTANCE_LOG_LEVEL ?? 'warn',
+      TRUST_PROXY: 'true'
+    }
+  })
+  fs.closeSync(out)
+  inst.exited = new Promise((resolve) => inst.child.once('exit', (code, signal) => resolve({ code, signal })))
+  writePids()
+}
+
+function get (url, { agent = false, headers = {}, timeout = 5000 } = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { agent, headers, timeout }, (res) => {
+      const chunks = []
+      res.on('data', (c) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }))
+      res.on('error', reject)
+    })
+    req.on('timeout', () => req.destroy(new Error('timeout')))
+    req.on('error', reject)
+  })
+}
+
+async function waitFor (what, check, timeoutMs) {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    try { if (await check()) return } catch {}
+    await sleep(100)
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
+}
+
+async function haproxyStatus () {
+  const res = await get(statsUrl)
+  const [header, ...lines] = res.body.trim().split('\n')
+  const cols = header.replace(/^# /, '').split(',')
+  const rows = lines.map((l) => Object.fromEntries(l.split(',').map((v, i) => [cols[i], v])))
+  return rows
+}
+
+async function serverState (inst) {
+  const rows = await haproxyStatus()
+  return rows.find((r) => r.pxname === 'api' && r.svname === `s${inst.index}`)?.status
+}
+
+const waitReady = (inst) => waitFor(`instance ${inst.index} ready`, async () => (await get(`http://127.0.0.1:${inst.port}/health/ready`, { timeout: 1000 })).status === 200, 60_000)
+const waitUp = (inst) => waitFor(`HAProxy to mark s${inst.index} UP`, async () => (await serverState(inst)) === 'UP', 20_000)
+
+// ---------- load ----------
+const stats = {
+  postsSent: 0,
+  created: new Map(), // id -> name
+  duplicateIdsInResponses: 0,
+  listsOk: 0,
+  failures: [], // { kind, detail }
+  postLatencies: [],
+  listLatencies: []
+}
+const sentNames = new Set()
+const failedNames = new Set()
+let stopLoad = false
+let aborted = false
+
+function failure (kind, detail) {
+  stats.failures.push({ kind, detail, at: Math.round(performance.now()) })
+  if (stats.failures.length <= 20) log(`FAILURE ${kind}: ${detail}`)
+}
+
+function post (agent, body) {
+  return new Promise((resolve, reject) => {
+    const payload = JSON.stringify(body)
+    const req = http.request({
+      host: lb.hostname,
+      port: lb.port,
+      path: '/v1/categories',
+      method: 'POST',
+      agent,
+      timeout: 15_000,
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }
+    }, (res) => {
+      const chunks = []
+      res.on('data', (c) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }))
+      res.on('error', reject)
+    })
+    req.on('timeout', () => req.destroy(new Error('timeout')))
+    req.on('error', reject)
+    req.end(payload)
+  })
+}
+
+async function writer (w) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+  const paceMs = (writers * 1000) / createRate
+  let seq = 0
+  while (!aborted && !(stopLoad && stats.created.size + stats.failures.length >= minCreates)) {
+    const name = `${runId}-w${w}-${seq++}`
+    sentNames.add(name)
+    stats.postsSent++
+    const t0 = performance.now()
+    try {
+      const res = await post(agent, { name, description: `writer ${w}` })
+      stats.postLatencies.push(performance.now() - t0)
+      if (res.status !== 201) {
+        failedNames.add(name)
+        failure(`POST ${res.status}`, res.body.slice(0, 200))
+      } else {
+        const body = JSON.parse(res.body)
+        if (stats.created.has(body.id)) stats.duplicateIdsInResponses++
+        stats.created.set(body.id, body.name)
+        if (body.name !== name) failure('POST wrong body', `sent ${name}, got ${res.body.slice(0, 200)}`)
+        if (res.headers.location !== `/v1/categories/${body.id}`) failure('POST Location', String(res.headers.location))
+      }
+    } catch (err) {
+      // Never retried: the row may or may not exist, which the final check accounts for.
+      failedNames.add(name)
+      failure(`POST ${err.code ?? err.message}`, name)
+    }
+    const wait = paceMs - (performance.now() - t0)
+    if (wait > 0) await sleep(wait)
+  }
+  agent.destroy()
+}
+
+async function reader (r) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+  while (!stopLoad) {
+    const t0 = performance.now()
+    try {
+      const res = await get(new URL('/v1/categories', lb), { agent, headers: { authorization: `Bearer ${apiKey}` }, timeout: 15_000 })
+      stats.listLatencies.push(performance.now() - t0)
+      if (res.status !== 200) failure(`GET ${res.status}`, res.body.slice(0, 200))
+      else if (!Array.isArray(JSON.parse(res.body))) failure('GET body', 'not an array')
+      else stats.listsOk++
+    } catch (err) {
+      failure(`GET ${err.code ?? err.message}`, `reader ${r}`)
+    }
+    await sleep(50)
+  }
+  agent.destroy()
+}
+
+// ---------- rolling restart ----------
+const restarts = []
+async function rollingRestart () {
+  for (const inst of instances) {
+    const t0 = performance.now()
+    log(`rolling restart: SIGTERM instance ${inst.index} (:${inst.port})`)
+    inst.child.kill('SIGTERM')
+    const timeout = sleep(30_000).then(() => ({ code: 'timeout' }))
+    const exit = await Promise.race([inst.exited, timeout])
+    const exitedAfterMs = Math.round(performance.now() - t0)
+    log(`instance ${inst.index} exited with ${exit.code ?? exit.signal} after ${exitedAfterMs} ms`)
+    if (exit.code !== 0) {
+      failure('instance exit', `instance ${inst.index} exit ${exit.code ?? exit.signal} after SIGTERM`)
+      if (exit.code === 'timeout') inst.child.kill('SIGKILL')
+    }
+    startInstance(inst)
+    await waitReady(inst)
+    const readyAfterMs = Math.round(performance.now() - t0)
+    await waitUp(inst)
+    const upAfterMs = Math.round(performance.now() - t0)
+    log(`instance ${inst.index} ready after ${readyAfterMs} ms, UP in HAProxy after ${upAfterMs} ms`)
+    restarts.push({ instance: inst.index, exitCode: exit.code ?? exit.signal, exitedAfterMs, readyAfterMs, upAfterMs })
+  }
+}
+
+function percentile (values, p) {
+  if (values.length === 0) return 0
+  const s = [...values].sort((a, b) => a - b)
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]
+}
+
+async function shutdownAll () {
+  await Promise.all(instances.map(async (inst) => {
+    if (!inst.child || inst.child.exitCode !== null || inst.child.signalCode !== null) return
+    inst.child.kill('SIGTERM')
+    const done = await Promise.race([inst.exited, sleep(20_000).then(() => null)])
+    if (done === null) inst.child.kill('SIGKILL')
+  }))
+}
+
+process.on('SIGTERM', () => { shutdownAll().finally(() => process.exit(1)) })
+process.on('SIGINT', () => { shutdownAll().finally(() => process.exit(1)) })
+
+// ---------- main ----------
+let pass = false
+const t0 = performance.now()
+try {
+  for (const inst of instances) startInstance(inst)
+  await Promise.all(instances.map(waitReady))
+  await Promise.all(instances.map(waitUp))
+  log(`${instances.length} instances ready and UP behind HAProxy at ${lb.origin}`)
+
+  const loadStart = performance.now()
+  const load = [
+    ...Array.from({ length: writers }, (_, w) => writer(w)),
+    ...Array.from({ length: readers }, (_, r) => reader(r))
+  ]
+  await sleep(1000) // traffic flowing before the first restart
+  await rollingRestart()
+  await sleep(1000) // and after the last one
+  stopLoad = true
+  await Promise.all(load)
+  const loadSeconds = (performance.now() - loadStart) / 1000
+  log('load stopped; checking the final state')
+
+  // Final list through the balancer, and the table itself.
+  const final = await get(new URL('/v1/categories', lb), { headers: { authorization: `Bearer ${apiKey}` }, timeout: 30_000 })
+  if (final.status !== 200) throw new Error(`final list answered ${final.status}`)
+  const list = JSON.parse(final.body)
+  const listById = new Map(list.map((c) => [c.id, c.name]))
+  const db = new pg.Client({ connectionString: databaseUrl })
+  await db.connect()
+  const { rows: [dbCounts] } = await db.query('select count(*)::int as rows, count(distinct id)::int as ids from categories')
+  await db.end()
+
+  const missing = [...stats.created].filter(([id, name]) => listById.get(id) !== name)
+  const phantom = list.filter((c) => !sentNames.has(c.name))
+  const unacknowledged = list.filter((c) => failedNames.has(c.name))
+  const uniqueIdsInList = listById.size === list.length
+  const figures = {
+    instances: instances.length,
+    writers,
+    readers,
+    postsSent: stats.postsSent,
+    created201: stats.created.size,
+    listsOk: stats.listsOk,
+    failedRequests: stats.failures.length,
+    failuresByKind: stats.failures.reduce((acc, f) => ({ ...acc, [f.kind]: (acc[f.kind] ?? 0) + 1 }), {}),
+    finalListRows: list.length,
+    tableRows: dbCounts.rows,
+    createdMissingFromFinalList: missing.length,
+    rowsNoClientSent: phantom.length,
+    rowsFromFailedRequests: unacknowledged.length,
+    idsUnique: uniqueIdsInList && dbCounts.rows === dbCounts.ids && stats.duplicateIdsInResponses === 0,
+    loadSeconds: Number(loadSeconds.toFixed(1)),
+    createsPerSecond: Math.round(stats.created.size / loadSeconds),
+    postLatencyMs: { p50: Math.round(percentile(stats.postLatencies, 50)), p99: Math.round(percentile(stats.postLatencies, 99)), max: Math.round(percentile(stats.postLatencies, 100)) },
+    listLatencyMs: { p50: Math.round(percentile(stats.listLatencies, 50)), p99: Math.round(percentile(stats.listLatencies, 99)), max: Math.round(percentile(stats.listLatencies, 100)) },
+    restarts
+  }
+  try {
+    const rows = await haproxyStatus()
+    figures.haproxy = rows.filter((r) => r.pxname === 'api').map((r) => ({
+      server: r.svname, status: r.status, requests: Number(r.stot), retries: Number(r.wretr || 0), redispatches: Number(r.wredis || 0), '5xx': Number(r.hrsp_5xx || 0), connErrors: Number(r.econ || 0), respErrors: Number(r.eresp || 0)
+    }))
+  } catch {}
+
+  pass = figures.failedRequests === 0 &&
+    figures.created201 >= minCreates &&
+    figures.createdMissingFromFinalList === 0 &&
+    figures.rowsNoClientSent === 0 &&
+    figures.idsUnique &&
+    figures.finalListRows === figures.tableRows &&
+    restarts.length === instances.length && restarts.every((r) => r.exitCode === 0)
+
+  console.log('\n== cluster figures')
+  console.log(JSON.stringify(figures, null, 2))
+  console.log(`\n  created (201):                 ${figures.created201} (minimum ${minCreates})`)
+  console.log(`  failed requests (5xx/reset/refused/other): ${figures.failedRequests}`)
+  console.log(`  201 ids missing from final list: ${figures.createdMissingFromFinalList}`)
+  console.log(`  rows no client created:        ${figures.rowsNoClientSent}`)
+  console.log(`  ids unique:                    ${figures.idsUnique}`)
+  console.log(`  final list rows / table rows:  ${figures.finalListRows} / ${figures.tableRows}`)
+  console.log(`  instance exits after SIGTERM:  ${restarts.map((r) => `#${r.instance} code ${r.exitCode} in ${r.exitedAfterMs} ms`).join(', ')}`)
+} catch (err) {
+  console.error(`cluster-load: ${err.stack ?? err}`)
+  stopLoad = true
+  aborted = true
+} finally {
+  await shutdownAll()
+  try { fs.unlinkSync(pidFile) } catch {}
+}
+console.log(`\n== test:cluster ${pass ? 'PASSED' : 'FAILED'} (driver ${((performance.now() - t0) / 1000).toFixed(1)} s)`)
+process.exit(pass ? 0 : 1)

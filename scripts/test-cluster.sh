@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# npm run test:cluster
+# Three instances of the built service on loopback behind HAProxy, over one fresh PostgreSQL
+# database, while clients create and list categories and every instance is restarted in turn
+# (a rolling deploy). Passes only if no client saw a failed request, every id answered 201 is
+# in the final list, no row exists that no client sent, and all ids are unique.
+# The load and the restarts are driven by scripts/cluster-load.mjs.
+#
+# Environment (all optional):
+#   DATABASE_URL      server to create the test database on (default: the machine's
+#                     postgres://postgres@127.0.0.1:5432/postgres; when nothing answers there,
+#                     the embedded PostgreSQL from node_modules is started)
+#   SKIP_BUILD=1      use the existing dist/ instead of running `npm run build`
+#   LB_PORT=3100      HAProxy frontend; instances use LB_PORT+1..3, stats LB_PORT+99,
+#                     metrics listeners LB_PORT+6401..6403
+#   WRITERS=20 READERS=4 MIN_CREATES=2000 CREATE_RATE=300 SHUTDOWN_DRAIN_MS=2000
+#   KEEP_LOGS=1       keep the work directory (instance and HAProxy logs) after the run
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+started=$(date +%s)
+lb_port=${LB_PORT:-3100}
+stats_port=$((lb_port + 99))
+ports="$((lb_port + 1)),$((lb_port + 2)),$((lb_port + 3))"
+metrics_ports="$((lb_port + 6401)),$((lb_port + 6402)),$((lb_port + 6403))"
+api_key="cluster-$(date +%s)-$RANDOM$RANDOM"
+work=$(mktemp -d)
+haproxy_pid=''
+driver_pid=''
+embedded_pid=''
+db_url=''
+
+cleanup() {
+  set +e
+  [ -n "$driver_pid" ] && kill "$driver_pid" 2>/dev/null && wait "$driver_pid" 2>/dev/null
+  # Instances the driver started, should it have died without stopping them.
+  if [ -f "$work/instance.pids" ]; then
+    while read -r pid; do [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; done <"$work/instance.pids"
+    sleep 3
+    while read -r pid; do [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; done <"$work/instance.pids"
+  fi
+  [ -n "$haproxy_pid" ] && kill "$haproxy_pid" 2>/dev/null && wait "$haproxy_pid" 2>/dev/null
+  [ -n "$db_url" ] && node scripts/test-postgres.mjs drop "$db_url" 2>/dev/null
+  if [ -n "$embedded_pid" ]; then kill "$embedded_pid" 2>/dev/null; wait "$embedded_pid" 2>/dev/null; fi
+  if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== HAProxy"
+if ! command -v haproxy >/dev/null; then
+  echo "installing haproxy from Debian's packages"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
+fi
+haproxy -v | head -1
+
+echo "== database"
+if db_url=$(ADMIN_DATABASE_URL=${DATABASE_URL:-} node scripts/test-postgres.mjs create "petstore_cluster_$$"); then
+  echo "fresh database petstore_cluster_$$"
+else
+  rc=$?
+  [ "$rc" = 3 ] || { echo "FAIL: could not create the test database" >&2; exit 1; }
+  echo "no PostgreSQL answers; starting the embedded one from node_modules"
+  pg_port=$((lb_port + 2332))
+  node scripts/test-postgres.mjs embedded "$work/pg" "$pg_port" >"$work/pg.out" 2>"$work/pg.err" &
+  embedded_pid=$!
+  for _ in $(seq 1 120); do grep -q '^ready ' "$work/pg.out" && break; kill -0 "$embedded_pid" 2>/dev/null || break; sleep 0.5; done
+  admin=$(sed -n 's/^ready //p' "$work/pg.out")
+  [ -n "$admin" ] || { cat "$work/pg.err" >&2; echo "FAIL: embedded PostgreSQL did not start" >&2; exit 1; }
+  db_url=$(ADMIN_DATABASE_URL=$admin node scripts/test-postgres.mjs create "petstore_cluster_$$")
+fi
+
+echo "== build"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then npm run build --silent; fi
+[ -f dist/server.js ] || { echo "FAIL: dist/server.js missing after the build" >&2; exit 1; }
+
+echo "== HAProxy on 127.0.0.1:$lb_port (stats on :$stats_port)"
+IFS=, read -r p1 p2 p3 <<<"$ports"
+cat >"$work/haproxy.cfg" <<EOF
+global
+  maxconn 4096
+
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 30s
+  timeout server 30s
+  timeout http-keep-alive 30s
+  timeout check 1s
+  option http-keep-alive
+  # A request is retried only when it cannot have reached an instance (conn-failure), or,
+  # for methods other than POST, when the instance closed without answering.
+  retries 3
+  retry-on conn-failure empty-response
+  option redispatch 1
+
+frontend stats
+  bind 127.0.0.1:$stats_port
+  stats enable
+  stats uri /stats
+
+frontend public
+  bind 127.0.0.1:$lb_port
+  http-request set-header X-Request-Id %[uuid()] unless { req.hdr(x-request-id) -m found }
+  option forwardfor
+  default_backend api
+
+backend api
+  balance roundrobin
+  http-request disable-l7-retry if METH_POST
+  option httpchk GET /health/ready
+  http-check expect status 200
+  default-server check inter 500ms fall 1 rise 2
+  server s1 127.0.0.1:$p1
+  server s2 127.0.0.1:$p2
+  server s3 127.0.0.1:$p3
+EOF
+haproxy -c -q -f "$work/haproxy.cfg"
+haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.log" 2>&1 &
+haproxy_pid=$!
+
+echo "== rolling restart under load"
+LB_URL="http://127.0.0.1:$lb_port" STATS_URL="http://127.0.0.1:$stats_port/stats;csv" \
+DATABASE_URL="$db_url" API_KEY="$api_key" INSTANCE_PORTS="$ports" METRICS_PORTS="$metrics_ports" \
+WORK_DIR="$work" SHUTDOWN_DRAIN_MS="${SHUTDOWN_DRAIN_MS:-2000}" \
+  node scripts/cluster-load.mjs &
+driver_pid=$!
+rc=0
+wait "$driver_pid" || rc=$?
+driver_pid=''
+if [ "$rc" != 0 ]; then
+  for f in "$work"/instance-*.log "$work/haproxy.log"; do
+    [ -s "$f" ] && { echo "--- $(basename "$f") (last lines)"; tail -15 "$f"; }
+  done
+fi
+echo "== test:cluster took $(( $(date +%s) - started ))s in all (exit $rc)"
+exit "$rc"
