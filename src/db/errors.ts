@@ -6,7 +6,9 @@ import { serviceUnavailable, type ApiError } from '../http/errors.js'
  * everything else stays an unexpected error (a 500, logged).
  */
 
-const UNAVAILABLE_SQLSTATE_CLASSES = ['08', '53', '57P'] // connection exception, insufficient resources, operator intervention
+// connection exception, invalid authorization (rotated password), insufficient resources, operator intervention,
+// and a database that does not exist (being restored or recreated): all mean the service cannot reach its data now.
+const UNAVAILABLE_SQLSTATE_CLASSES = ['08', '28', '53', '57P', '3D000']
 const QUERY_CANCELED = '57014' // statement_timeout
 const UNAVAILABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH'])
 

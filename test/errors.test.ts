@@ -1,0 +1,118 @@
+import t from 'tap'
+import pg from 'pg'
+import { testApp, AUTH, json } from './helpers/app.js'
+import { testDatabase } from './helpers/database.js'
+
+const db = await testDatabase(t)
+const { app } = await testApp(t, db.url, { PETS_SUNSET: '2027-06-30' })
+
+function assertErrorBody (t: Tap, res: { statusCode: number, headers: Record<string, unknown>, body: string }, status: number, code: string): void {
+  t.equal(res.statusCode, status, `${code}: status`)
+  t.match(String(res.headers['content-type']), /^application\/json; charset=utf-8$/, `${code}: media type`)
+  const body = JSON.parse(res.body)
+  t.same(Object.keys(body).sort(), ['code', 'message', 'status'], `${code}: exactly code, message, status`)
+  t.equal(body.code, code)
+  t.equal(body.status, status)
+  t.type(body.message, 'string')
+}
+type Tap = typeof t
+
+t.test('unknown paths are 404 NOT_FOUND (after auth under /v1)', async t => {
+  for (const url of ['/v1/nope', '/v1/categories/1/extra', '/V1/categories', '/nope', '/v2/categories']) {
+    assertErrorBody(t, await app.inject({ method: 'GET', url, headers: AUTH }), 404, 'NOT_FOUND')
+  }
+})
+
+t.test('other methods on known paths are 405 with Allow', async t => {
+  const cases: Array<[string, string, string]> = [
+    ['DELETE', '/v1/categories', 'GET, POST, HEAD'],
+    ['PUT', '/v1/categories', 'GET, POST, HEAD'],
+    ['PATCH', '/v1/categories', 'GET, POST, HEAD'],
+    ['OPTIONS', '/v1/categories', 'GET, POST, HEAD'],
+    ['POST', '/v1/categories/1', 'GET, HEAD'],
+    ['DELETE', '/v1/categories/1', 'GET, HEAD'],
+    ['PUT', '/v1/pets/1', 'GET, HEAD'],
+    ['POST', '/v1/store/orders', 'GET, HEAD']
+  ]
+  for (const [method, url, allow] of cases) {
+    const res = await app.inject({ method: method as 'GET', url, headers: { ...AUTH, 'content-type': 'text/plain' }, payload: 'ignored' })
+    assertErrorBody(t, res, 405, 'METHOD_NOT_ALLOWED')
+    t.equal(res.headers.allow, allow, `${method} ${url}`)
+  }
+  const head = await app.inject({ method: 'HEAD', url: '/v1/categories', headers: AUTH })
+  t.equal(head.statusCode, 200, 'HEAD is allowed where GET is')
+  t.equal(head.body, '')
+})
+
+t.test('placeholders answer 501 NOT_IMPLEMENTED; pets is deprecated with a sunset', async t => {
+  const pets = await app.inject({ method: 'GET', url: '/v1/pets/42', headers: AUTH })
+  assertErrorBody(t, pets, 501, 'NOT_IMPLEMENTED')
+  t.equal(pets.headers.deprecation, 'true')
+  t.equal(pets.headers.sunset, 'Wed, 30 Jun 2027 00:00:00 GMT')
+  const orders = await app.inject({ method: 'GET', url: '/v1/store/orders', headers: AUTH })
+  assertErrorBody(t, orders, 501, 'NOT_IMPLEMENTED')
+  t.equal(orders.headers.deprecation, undefined)
+})
+
+t.test('without PETS_SUNSET there is no Sunset header', async t => {
+  const { app: plain } = await testApp(t, db.url)
+  const res = await plain.inject({ method: 'GET', url: '/v1/pets/42', headers: AUTH })
+  t.equal(res.headers.deprecation, 'true')
+  t.equal(res.headers.sunset, undefined)
+})
+
+t.test('every response carries a request id; a sane X-Request-Id from the balancer is kept', async t => {
+  const own = await app.inject({ method: 'GET', url: '/v1/nope' })
+  t.match(String(own.headers['x-request-id']), /^[0-9a-f-]{36}$/)
+  const kept = await app.inject({ method: 'GET', url: '/v1/categories', headers: { ...AUTH, 'x-request-id': 'lb-1234' } })
+  t.equal(kept.headers['x-request-id'], 'lb-1234')
+  const insane = await app.inject({ method: 'GET', url: '/v1/categories', headers: { ...AUTH, 'x-request-id': 'x'.repeat(300) } })
+  t.not(insane.headers['x-request-id'], 'x'.repeat(300), 'an oversized id is replaced')
+})
+
+t.test('a bug is a 500 with a generic message, no internals', async t => {
+  const bugDb = await db.createDatabase()
+  const { app: broken } = await testApp(t, bugDb)
+  const admin = new pg.Client({ connectionString: bugDb })
+  await admin.connect()
+  await admin.query('DROP TABLE categories')
+  await admin.end()
+  const res = await broken.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  assertErrorBody(t, res, 500, 'INTERNAL_ERROR')
+  t.equal(res.json().message, 'internal error')
+  t.notMatch(res.body, /categories|relation|SELECT|at /)
+})
+
+t.test('an unreachable database is a 503 with Retry-After within a bounded time, and the service recovers', async t => {
+  const downDb = await db.createDatabase()
+  const { app: down } = await testApp(t, downDb, { DB_CONNECTION_TIMEOUT_MS: '1000' })
+  t.equal((await down.inject({ method: 'POST', url: '/v1/categories', ...json({ name: 'before' }) })).statusCode, 201)
+  // Take the database away under the running app: terminate its connections and rename it.
+  const name = new URL(downDb).pathname.slice(1)
+  const admin = new pg.Client({ connectionString: db.url })
+  await admin.connect()
+  t.teardown(async () => { await admin.end() })
+  await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [name])
+  await admin.query(`ALTER DATABASE ${name} RENAME TO ${name}_away`)
+  for (const request of [
+    { method: 'GET' as const, url: '/v1/categories', headers: AUTH },
+    { method: 'POST' as const, url: '/v1/categories', ...json({ name: 'during' }) },
+    { method: 'GET' as const, url: '/v1/categories/1', headers: AUTH },
+    { method: 'GET' as const, url: '/health/ready' }
+  ]) {
+    const started = Date.now()
+    const res = await down.inject(request)
+    assertErrorBody(t, res, 503, 'SERVICE_UNAVAILABLE')
+    t.equal(res.headers['retry-after'], '1', `${request.method} ${request.url}: Retry-After`)
+    t.ok(Date.now() - started < 5000, `${request.method} ${request.url}: answered in ${Date.now() - started} ms`)
+  }
+  t.equal((await down.inject({ method: 'GET', url: '/health/live' })).statusCode, 200, 'still alive')
+  await admin.query(`ALTER DATABASE ${name}_away RENAME TO ${name}`)
+  const back = await down.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  t.equal(back.statusCode, 200, 'recovers without a restart')
+  t.same((back.json() as Array<{ name: string }>).map(c => c.name), ['before'], 'the 503 create left no row')
+})
+
+t.test('a trailing slash on the collection is getCategory with an empty id: 400, not a silent list', async t => {
+  assertErrorBody(t, await app.inject({ method: 'GET', url: '/v1/categories/', headers: AUTH }), 400, 'VALIDATION_FAILED')
+})
