@@ -2,6 +2,8 @@ import { randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Registry } from 'prom-client'
+import { CategoryCreateBatcher } from './categories/create-batcher.js'
+import { CategoryListCache } from './categories/list-cache.js'
 import { CategoryRepository } from './categories/repository.js'
 import { registerCategoryRoutes } from './categories/routes.js'
 import { CategorySchema, NewCategorySchema } from './categories/schemas.js'
@@ -16,6 +18,7 @@ import { registerJsonBodyParser } from './http/json-body.js'
 import { registerMetrics } from './http/metrics.js'
 import { registerConnectionClose, type Lifecycle } from './http/lifecycle.js'
 import { registerOpenApi } from './http/openapi.js'
+import rateLimits from './http/rate-limit.js'
 import { registerPetRoutes } from './pets/routes.js'
 import { registerStoreRoutes } from './store/routes.js'
 
@@ -97,10 +100,16 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
 
   for (const schema of [ErrorSchema, NewCategorySchema, CategorySchema]) app.addSchema(schema)
   await registerOpenApi(app)
+  // Before auth: an address over its failed-authentication limit is refused before its key is checked.
+  await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit })
   await app.register(auth, { digests: config.apiKeyDigests })
 
   registerHealthRoutes(app, { pool, migrations: await migrationNames(), lifecycle })
-  registerCategoryRoutes(app, { categories: new CategoryRepository(pool) })
+  const categories = new CategoryRepository(pool)
+  const listCache = new CategoryListCache(categories, { connectionString: config.databaseUrl, log: app.log, registry: app.metrics })
+  listCache.start()
+  app.addHook('onClose', async () => { await listCache.close() })
+  registerCategoryRoutes(app, { categories, creates: new CategoryCreateBatcher(categories, { registry: app.metrics }), listCache })
   registerPetRoutes(app, { sunset: config.petsSunset })
   registerStoreRoutes(app)
 

@@ -20,6 +20,12 @@ const EnvSchema = Type.Object({
   BODY_LIMIT_BYTES: Type.Integer({ minimum: 1, maximum: 104857600, default: 65536 }),
   REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 30000 }),
   KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 72000 }),
+  HEADERS_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 10000 }),
+  MAX_HEADER_BYTES: Type.Integer({ minimum: 1024, maximum: 1048576, default: 16384 }),
+  DB_POOL_MAX_WAITING: Type.Integer({ minimum: 0, maximum: 100000, default: 200 }),
+  RATE_LIMIT_AUTH_FAILURES: Type.Integer({ minimum: 1, maximum: 1000000, default: 20 }),
+  RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, maximum: 86400000, default: 60000 }),
+  RATE_LIMIT_PER_KEY_PER_MINUTE: Type.Integer({ minimum: 0, maximum: 100000000, default: 0 }),
   SHUTDOWN_DRAIN_MS: Type.Optional(Type.Integer({ minimum: 0, maximum: 600000 })),
   SHUTDOWN_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 10000 }),
   METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9464 }),
@@ -41,10 +47,15 @@ export interface Config {
   petsSunset: string | undefined
   trustProxy: boolean | string
   dataDir: string
-  db: { poolMax: number, connectionTimeoutMs: number, statementTimeoutMs: number }
+  db: { poolMax: number, connectionTimeoutMs: number, statementTimeoutMs: number, maxWaiting: number }
   bodyLimitBytes: number
   requestTimeoutMs: number
   keepAliveTimeoutMs: number
+  /** Time a client has to send the request line and headers; never more than requestTimeoutMs. */
+  headersTimeoutMs: number
+  maxHeaderBytes: number
+  /** authFailures per windowMs per client address; perKeyPerMinute 0 means no per-key limit. */
+  rateLimit: { authFailures: number, windowMs: number, perKeyPerMinute: number }
   shutdown: { drainMs: number, timeoutMs: number }
   metrics: { port: number, host: string }
 }
@@ -132,11 +143,19 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): Config {
     db: {
       poolMax: env.DB_POOL_MAX,
       connectionTimeoutMs: env.DB_CONNECTION_TIMEOUT_MS,
-      statementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS
+      statementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS,
+      maxWaiting: env.DB_POOL_MAX_WAITING
     },
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     requestTimeoutMs: env.REQUEST_TIMEOUT_MS,
     keepAliveTimeoutMs: env.KEEP_ALIVE_TIMEOUT_MS,
+    headersTimeoutMs: Math.min(env.HEADERS_TIMEOUT_MS, env.REQUEST_TIMEOUT_MS),
+    maxHeaderBytes: env.MAX_HEADER_BYTES,
+    rateLimit: {
+      authFailures: env.RATE_LIMIT_AUTH_FAILURES,
+      windowMs: env.RATE_LIMIT_WINDOW_MS,
+      perKeyPerMinute: env.RATE_LIMIT_PER_KEY_PER_MINUTE
+    },
     shutdown: {
       drainMs: env.SHUTDOWN_DRAIN_MS ?? (production ? 5000 : 0),
       timeoutMs: env.SHUTDOWN_TIMEOUT_MS

@@ -1,0 +1,98 @@
+import rateLimit, { normalizeIP } from '@fastify/rate-limit'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { sha256 } from '../config.js'
+import { isProtectedPath, keyVerifier } from './auth.js'
+import { ApiError } from './errors.js'
+
+export interface RateLimitOptions {
+  /** SHA-256 digests of the accepted API keys (the same set auth.ts checks). */
+  digests: Buffer[]
+  /** Failed authentications allowed per client address per window. */
+  authFailures: number
+  windowMs: number
+  /** Requests per API key per minute; 0 turns the per-key limit off. */
+  perKeyPerMinute: number
+}
+
+const BEARER = 'bearer '
+const MINUTE = 60000
+
+/** The token exactly as @fastify/bearer-auth (rfc6749 mode) reads it, or undefined without a bearer scheme. */
+function bearerToken (request: FastifyRequest): string | undefined {
+  const header = request.headers.authorization
+  if (typeof header !== 'string' || header.substring(0, BEARER.length).toLowerCase() !== BEARER) return undefined
+  return header.substring(BEARER.length).trim()
+}
+
+type Limiter = ReturnType<FastifyInstance['createRateLimit']>
+type LimitState = Exclude<Awaited<ReturnType<Limiter>>, { isAllowed: true }>
+
+/** IETF draft-ietf-httpapi-ratelimit-headers (draft 8 and later): a named policy and its current state. */
+function rateLimitHeaders (policy: string, state: LimitState): Record<string, string> {
+  const reset = Math.max(1, state.ttlInSeconds)
+  return {
+    'ratelimit-policy': `"${policy}";q=${state.max};w=${Math.ceil(state.timeWindow / 1000)}`,
+    ratelimit: `"${policy}";r=${state.remaining};t=${reset}`
+  }
+}
+
+function tooManyRequests (message: string, policy: string, state: LimitState): ApiError {
+  const reset = Math.max(1, state.ttlInSeconds)
+  return new ApiError(429, 'RATE_LIMITED', `${message}; retry in ${reset} s`,
+    { ...rateLimitHeaders(policy, { ...state, remaining: 0 }), 'retry-after': String(reset) })
+}
+
+/**
+ * Two limits, counted in @fastify/rate-limit's store (in memory, per instance):
+ *
+ * - failed authentication per client address (request.ip, so TRUST_PROXY
+ *   decides whether X-Forwarded-For is believed). A request without a valid key
+ *   is counted before auth.ts answers 401, in one atomic increment, so a burst
+ *   of parallel guesses cannot slip past the limit; once the address is over
+ *   it, every request under /v1 from it gets 429, even one with a valid key,
+ *   until the window ends.
+ * - optionally, requests per API key, keyed by the key's SHA-256 (never the key).
+ *
+ * The hook must run before auth's, so app.ts registers this plugin first.
+ */
+async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Promise<void> {
+  await app.register(rateLimit, { global: false })
+  const isValidKey = keyVerifier(options.digests)
+
+  const authFailures = app.createRateLimit({
+    max: options.authFailures,
+    timeWindow: options.windowMs,
+    keyGenerator: (request) => `auth-failures:${normalizeIP(request.ip)}`
+  })
+  const perKey = options.perKeyPerMinute > 0
+    ? app.createRateLimit({
+      max: options.perKeyPerMinute,
+      timeWindow: MINUTE,
+      keyGenerator: (request) => `api-key:${sha256(bearerToken(request) ?? '').toString('hex')}`
+    })
+    : undefined
+
+  app.addHook('onRequest', async (request, reply) => {
+    if (!isProtectedPath(request.url)) return
+    const token = bearerToken(request)
+    if (token === undefined || !isValidKey(token)) {
+      const state = await authFailures(request)
+      if (state.isAllowed) return
+      if (state.isExceeded) throw tooManyRequests('too many failed authentication attempts from this address', 'auth-failures', state)
+      reply.headers(rateLimitHeaders('auth-failures', state))
+      return // auth.ts answers 401
+    }
+    const failures = await authFailures(request, { increment: false })
+    if (!failures.isAllowed && failures.remaining === 0) {
+      throw tooManyRequests('too many failed authentication attempts from this address', 'auth-failures', failures)
+    }
+    if (perKey === undefined) return
+    const state = await perKey(request)
+    if (state.isAllowed) return
+    if (state.isExceeded) throw tooManyRequests('too many requests for this API key', 'per-key', state)
+    reply.headers(rateLimitHeaders('per-key', state))
+  })
+}
+
+export default fp(rateLimits, { name: 'rate-limits' })
