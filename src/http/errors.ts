@@ -80,6 +80,22 @@ export function errorForStatus (status: number, message: string): ApiError {
 }
 
 /** Error responses for the OpenAPI document: every listed status answers with the Error schema. */
+const responseDescriptions: Record<number, string> = {
+  400: 'The request breaks a rule: the message names the field or problem',
+  401: 'Missing or invalid API key',
+  404: 'No such resource',
+  405: 'Method not allowed on this path (see Allow)',
+  409: 'The same Idempotency-Key is still being processed (see Retry-After)',
+  413: 'Request body is larger than the limit',
+  415: 'Request body is not application/json',
+  422: 'The Idempotency-Key was used with a different body',
+  429: 'Too many requests (see Retry-After and RateLimit)',
+  500: 'Unexpected error',
+  501: 'Not implemented yet',
+  503: 'Database unreachable, shutting down or overloaded (see Retry-After)'
+}
+
 export function errorResponses (...statuses: number[]): Record<number, TUnsafe<ErrorBody>> {
-  return Object.fromEntries(statuses.map(status => [status, ref(ErrorSchema)]))
+  return Object.fromEntries(statuses.map(status =>
+    [status, Type.Unsafe<ErrorBody>({ ...ref(ErrorSchema), description: responseDescriptions[status] ?? 'Error' })]))
 }
