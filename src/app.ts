@@ -64,6 +64,13 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     bodyLimit: config.bodyLimitBytes,
     requestTimeout: config.requestTimeoutMs,
     keepAliveTimeout: config.keepAliveTimeoutMs,
+    http: {
+      // Slow clients (slowloris) get 408 once the headers take longer than this; Node checks every second, not every 30 s.
+      headersTimeout: config.headersTimeoutMs,
+      requestTimeout: config.requestTimeoutMs,
+      connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
+      maxHeaderSize: config.maxHeaderBytes
+    },
     // Requests that arrive while closing are still served (with Connection: close), and get our Error body if they fail.
     return503OnClosing: false,
     clientErrorHandler,
@@ -93,7 +100,7 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     warn: (msg) => { app.log.warn(msg) },
     error: (msg) => { app.log.error(msg) }
   })
-  const pool = createPool({ connectionString: config.databaseUrl, max: config.db.poolMax, connectionTimeoutMs: config.db.connectionTimeoutMs, statementTimeoutMs: config.db.statementTimeoutMs },
+  const pool = createPool({ connectionString: config.databaseUrl, max: config.db.poolMax, connectionTimeoutMs: config.db.connectionTimeoutMs, statementTimeoutMs: config.db.statementTimeoutMs, maxWaiting: config.db.maxWaiting },
     (err) => { app.log.warn({ err }, 'idle database connection failed') })
   app.addHook('onClose', async () => { await pool.end() })
   app.decorate('metrics', registerMetrics(app, pool))

@@ -1,4 +1,5 @@
 import { serviceUnavailable, type ApiError } from '../http/errors.js'
+import { POOL_QUEUE_FULL } from './pool.js'
 
 /*
  * The one place where driver errors become the service's errors. Anything that
@@ -16,7 +17,7 @@ export function isDatabaseUnavailable (err: unknown): boolean {
   if (!(err instanceof Error)) return false
   const code = (err as { code?: unknown }).code
   if (typeof code === 'string') {
-    if (code === QUERY_CANCELED || UNAVAILABLE_NODE_CODES.has(code)) return true
+    if (code === QUERY_CANCELED || code === POOL_QUEUE_FULL || UNAVAILABLE_NODE_CODES.has(code)) return true
     if (/^[0-9A-Z]{5}$/.test(code)) return UNAVAILABLE_SQLSTATE_CLASSES.some(prefix => code.startsWith(prefix))
   }
   // pg's own messages for a pool that could not connect in time, a lost connection and a query timeout

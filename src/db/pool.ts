@@ -13,7 +13,29 @@ export interface PoolOptions {
   max: number
   connectionTimeoutMs: number
   statementTimeoutMs: number
+  /** Queries allowed to wait for a connection when every connection is busy; beyond that, fail at once. */
+  maxWaiting?: number
   applicationName?: string
+}
+
+/** Thrown (as a 503, see db/errors.ts) when the pool's wait queue is full: overload is answered at once, not queued without bound. */
+export const POOL_QUEUE_FULL = 'EPOOLQUEUEFULL'
+
+/**
+ * pg.Pool queues without limit; this caps the queue. pool.query() goes through
+ * pool.connect(), so one wrapper covers both.
+ */
+function boundQueue (pool: pg.Pool, max: number, maxWaiting: number): void {
+  const connect = pool.connect.bind(pool)
+  pool.connect = ((callback?: (err: Error | undefined, client?: pg.PoolClient, done?: (release?: unknown) => void) => void) => {
+    if (pool.idleCount === 0 && pool.totalCount >= max && pool.waitingCount >= maxWaiting) {
+      const err = Object.assign(new Error('the connection pool queue is full'), { code: POOL_QUEUE_FULL })
+      if (callback === undefined) return Promise.reject(err)
+      process.nextTick(() => { callback(err) })
+      return undefined
+    }
+    return callback === undefined ? connect() : connect(callback as Parameters<typeof connect>[0])
+  }) as typeof pool.connect
 }
 
 export function createPool (options: PoolOptions, onError: (err: Error) => void): pg.Pool {
@@ -30,5 +52,6 @@ export function createPool (options: PoolOptions, onError: (err: Error) => void)
   })
   // Without this listener an idle client's error (database restart) crashes the process.
   pool.on('error', onError)
+  if (options.maxWaiting !== undefined) boundQueue(pool, options.max, options.maxWaiting)
   return pool
 }
