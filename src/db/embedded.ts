@@ -18,6 +18,8 @@ export interface EmbeddedDatabase {
 
 interface EmbeddedOptions {
   dir: string
+  /** A fixed port (to restart a server on the same address); a free one by default. */
+  port?: number
   log?: (message: string) => void
 }
 
@@ -40,7 +42,7 @@ async function loadOrCreatePassword (file: string): Promise<string> {
   return password
 }
 
-export async function startEmbeddedPostgres ({ dir, log = () => {} }: EmbeddedOptions): Promise<EmbeddedDatabase> {
+export async function startEmbeddedPostgres ({ dir, port: fixedPort, log = () => {} }: EmbeddedOptions): Promise<EmbeddedDatabase> {
   let EmbeddedPostgres
   try {
     // The package registers SIGINT/SIGTERM handlers that exit the process before a
@@ -62,7 +64,7 @@ export async function startEmbeddedPostgres ({ dir, log = () => {} }: EmbeddedOp
   // As root, PostgreSQL runs as the `postgres` system user, which must be able to reach its data directory.
   if (asRoot) await chmod(root, 0o711)
   const password = await loadOrCreatePassword(path.join(root, 'postgres-password'))
-  const port = await freePort()
+  const port = fixedPort ?? await freePort()
   const server = new EmbeddedPostgres({
     databaseDir,
     port,
