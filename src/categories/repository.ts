@@ -11,6 +11,27 @@ function toCategory (row: CategoryRow): Category {
     : { id: row.id, name: row.name, description: row.description }
 }
 
+function withId (id: bigint, category: NewCategory): Category {
+  return category.description === undefined
+    ? { id, name: category.name }
+    : { id, name: category.name, description: category.description }
+}
+
+/*
+ * Many rows in one statement (one round trip, one commit). Each input row takes
+ * its id from the column's own sequence in the CTE, so the id is paired with its
+ * ordinal explicitly instead of relying on the order of RETURNING.
+ */
+const INSERT_BATCH = `
+WITH input AS MATERIALIZED (
+  SELECT nextval('categories_id_seq'::regclass) AS id, t.name, t.description, t.ord
+  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(name, description, ord)
+  ORDER BY t.ord
+), inserted AS (
+  INSERT INTO categories (id, name, description) SELECT id, name, description FROM input
+)
+SELECT id FROM input ORDER BY ord`
+
 /** Categories in PostgreSQL. Named statements are prepared once per connection. */
 export class CategoryRepository {
   constructor (private readonly pool: pg.Pool) {}
@@ -32,12 +53,24 @@ export class CategoryRepository {
     return rows[0] === undefined ? undefined : toCategory(rows[0])
   }
 
-  async create (category: NewCategory): Promise<Category> {
-    const { rows } = await withDatabase(async () => await this.pool.query<CategoryRow>({
+  /** One category with the caller's client, inside the caller's transaction (e.g. with its idempotency record). */
+  async insertWith (client: pg.ClientBase, category: NewCategory): Promise<Category> {
+    const { rows } = await withDatabase(async () => await client.query<CategoryRow>({
       name: 'categories-create',
       text: 'INSERT INTO categories (name, description) VALUES ($1, $2) RETURNING id, name, description',
       values: [category.name, category.description ?? null]
     }))
     return toCategory(rows[0] as CategoryRow)
+  }
+
+  /** Inserts every category in one statement, committed together; result i belongs to input i. */
+  async insertBatch (categories: NewCategory[]): Promise<Category[]> {
+    const { rows } = await withDatabase(async () => await this.pool.query<{ id: bigint }>({
+      name: 'categories-insert-batch',
+      text: INSERT_BATCH,
+      values: [categories.map(c => c.name), categories.map(c => c.description ?? null)]
+    }))
+    if (rows.length !== categories.length) throw new Error(`batch insert returned ${rows.length} ids for ${categories.length} rows`)
+    return categories.map((category, i) => withId((rows[i] as { id: bigint }).id, category))
   }
 }
