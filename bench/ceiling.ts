@@ -1,0 +1,39 @@
+/*
+ * The framework's ceiling: Fastify serving a precomputed array through the
+ * same response schema (so fast-json-stringify does the same work as in the
+ * service), no database, no auth, no logging. POST parses, validates and
+ * serializes with the same schemas, with an in-memory counter for the id.
+ * CEILING_DATA names a JSON file of the rows to serve (written by run.ts,
+ * the same rows it seeds into the other servers).
+ */
+import { readFileSync } from 'node:fs'
+import Fastify from 'fastify'
+import { CategoryListSchema, CategorySchema, NewCategorySchema, type Category, type NewCategory } from '../src/categories/schemas.js'
+import { ref } from '../src/http/shared-schemas.js'
+
+const env = process.env
+const rows = JSON.parse(readFileSync(env.CEILING_DATA ?? '', 'utf8')) as Array<{ id: number, name: string, description?: string }>
+const list: Category[] = rows.map(row => ({ ...row, id: BigInt(row.id) }))
+let nextId = BigInt(list.length + 1)
+
+const app = Fastify({
+  logger: false,
+  ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, formats: { int64: true } } }
+})
+app.addSchema(NewCategorySchema)
+app.addSchema(CategorySchema)
+
+app.get('/v1/categories', { schema: { response: { 200: CategoryListSchema } } }, async (_request, reply) => {
+  reply.header('cache-control', 'no-cache')
+  return list
+})
+
+app.post('/v1/categories', { schema: { body: ref(NewCategorySchema), response: { 201: ref(CategorySchema) } } }, async (request, reply) => {
+  const body = request.body as NewCategory
+  const category: Category = { id: nextId++, ...body }
+  return await reply.code(201).header('location', `/v1/categories/${category.id}`).send(category)
+})
+
+process.once('SIGTERM', () => { app.close().then(() => process.exit(0), () => process.exit(1)) })
+
+await app.listen({ port: Number(env.PORT ?? 3000), host: env.HOST ?? '127.0.0.1' })

