@@ -1,4 +1,4 @@
-import t from 'tap'
+import t, { type Test } from 'tap'
 import pg from 'pg'
 import { testApp, AUTH, json } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
@@ -6,7 +6,7 @@ import { testDatabase } from './helpers/database.js'
 const db = await testDatabase(t)
 const { app } = await testApp(t, db.url, { PETS_SUNSET: '2027-06-30' })
 
-function assertErrorBody (t: Tap, res: { statusCode: number, headers: Record<string, unknown>, body: string }, status: number, code: string): void {
+function assertErrorBody (t: Test, res: { statusCode: number, headers: Record<string, unknown>, body: string }, status: number, code: string): void {
   t.equal(res.statusCode, status, `${code}: status`)
   t.match(String(res.headers['content-type']), /^application\/json; charset=utf-8$/, `${code}: media type`)
   const body = JSON.parse(res.body)
@@ -15,7 +15,7 @@ function assertErrorBody (t: Tap, res: { statusCode: number, headers: Record<str
   t.equal(body.status, status)
   t.type(body.message, 'string')
 }
-type Tap = typeof t
+
 
 t.test('unknown paths are 404 NOT_FOUND (after auth under /v1)', async t => {
   for (const url of ['/v1/nope', '/v1/categories/1/extra', '/V1/categories', '/nope', '/v2/categories']) {
