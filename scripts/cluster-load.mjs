@@ -123,8 +123,8 @@ const stats = {
 }
 const sentNames = new Set()
 const failedNames = new Set()
-let stopLoad = false
-let aborted = false
+// Flags the load loops watch; set by the main flow.
+const run = { stop: false, aborted: false }
 
 function failure (kind, detail) {
   stats.failures.push({ kind, detail, at: Math.round(performance.now()) })
@@ -158,7 +158,7 @@ async function writer (w) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
   const paceMs = (writers * 1000) / createRate
   let seq = 0
-  while (!aborted && !(stopLoad && stats.created.size + stats.failures.length >= minCreates)) {
+  while (!run.aborted && !(run.stop && stats.created.size + stats.failures.length >= minCreates)) {
     const name = `${runId}-w${w}-${seq++}`
     sentNames.add(name)
     stats.postsSent++
@@ -189,7 +189,7 @@ async function writer (w) {
 
 async function reader (r) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
-  while (!stopLoad) {
+  while (!run.stop) {
     const t0 = performance.now()
     try {
       const res = await get(new URL('/v1/categories', lb), { agent, headers: { authorization: `Bearer ${apiKey}` }, timeout: 15_000 })
@@ -265,7 +265,7 @@ try {
   await sleep(1000) // traffic flowing before the first restart
   await rollingRestart()
   await sleep(1000) // and after the last one
-  stopLoad = true
+  run.stop = true
   await Promise.all(load)
   const loadSeconds = (performance.now() - loadStart) / 1000
   log('load stopped; checking the final state')
@@ -331,8 +331,8 @@ try {
   console.log(`  instance exits after SIGTERM:  ${restarts.map((r) => `#${r.instance} code ${r.exitCode} in ${r.exitedAfterMs} ms`).join(', ')}`)
 } catch (err) {
   console.error(`cluster-load: ${err.stack ?? err}`)
-  stopLoad = true
-  aborted = true
+  run.stop = true
+  run.aborted = true
 } finally {
   await shutdownAll()
   try { fs.unlinkSync(pidFile) } catch {}

@@ -54,7 +54,7 @@ if (w1.status !== 200 || w2.status !== 200) {
 
 // The idle keep-alive socket: one request, read the answer, then stay silent.
 const idle = net.connect({ host: target.hostname, port: Number(target.port) })
-let idleClosedAt = null
+const idleState = { closedAt: null }
 await new Promise((resolve, reject) => {
   idle.once('error', reject)
   idle.once('connect', () => {
@@ -63,7 +63,7 @@ await new Promise((resolve, reject) => {
   idle.once('data', () => resolve())
 })
 idle.on('error', () => {})
-idle.on('close', () => { idleClosedAt = Date.now() })
+idle.on('close', () => { idleState.closedAt = Date.now() })
 
 const signalledAt = Date.now()
 const killed = spawnSync(killCmd[0], killCmd.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] })
@@ -111,8 +111,8 @@ while (Date.now() < deadline) {
   await sleep(100)
 }
 // Give the idle socket a moment to be closed by the server if it has not been already.
-for (let i = 0; i < 50 && idleClosedAt === null; i++) await sleep(100)
-result.idleKeepAliveClosedAfterMs = idleClosedAt === null ? null : idleClosedAt - signalledAt
+for (let i = 0; i < 50 && idleState.closedAt === null; i++) await sleep(100)
+result.idleKeepAliveClosedAfterMs = idleState.closedAt === null ? null : idleState.closedAt - signalledAt
 idle.destroy()
 keepAlive.destroy()
 

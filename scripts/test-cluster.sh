@@ -53,7 +53,7 @@ if ! command -v haproxy >/dev/null; then
   apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
 fi
-haproxy -v | head -1
+haproxy -v | sed -n 1p
 
 echo "== database"
 if db_url=$(ADMIN_DATABASE_URL=${DATABASE_URL:-} node scripts/test-postgres.mjs create "petstore_cluster_$$"); then
