@@ -27,13 +27,25 @@ export function cpuSeconds (pid: number): number {
   }
 }
 
-/** CPU seconds used so far by every process whose command name is `postgres` (the database on this machine). */
-export function postgresCpuSeconds (): number {
+function parentPid (pid: string): number {
+  const match = /^PPid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
+  return match === null ? -1 : Number(match[1])
+}
+
+/**
+ * CPU seconds used so far by a PostgreSQL server: its postmaster and the
+ * processes it forked. Without a postmaster pid (a DATABASE_URL server), every
+ * process named `postgres` on the machine.
+ */
+export function postgresCpuSeconds (postmasterPid?: number): number {
   let total = 0
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue
     try {
-      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres') total += cpuSeconds(Number(entry))
+      const ours = postmasterPid === undefined
+        ? readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres'
+        : Number(entry) === postmasterPid || parentPid(entry) === postmasterPid
+      if (ours) total += cpuSeconds(Number(entry))
     } catch { /* the process ended while we looked */ }
   }
   return total

@@ -64,7 +64,7 @@ export function markdownReport (results: Measurement[], notes: string[], info: R
     '',
     '## Every measurement',
     '',
-    'req/s is autocannon\'s mean of per-second samples; latencies in ms; failures are socket errors, timeouts and responses with a status the scenario does not accept (anything but 2xx, and 304 in the If-None-Match scenario). CPU is % of one core over the measured window: the server process, all PostgreSQL processes, and the load generator.',
+    'req/s is autocannon\'s mean of per-second samples; latencies in ms; failures are socket errors, timeouts and responses with a status the scenario does not accept (anything but 2xx, and 304 in the If-None-Match scenario). CPU is % of one core over the measured window: the server process, the processes of the PostgreSQL server (every process named postgres when DATABASE_URL is used), and the load generator.',
     '',
     '| scenario | server | req/s | p50 | p99 | failures | statuses | peak RSS MB | server CPU | db CPU | load CPU |',
     '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|',

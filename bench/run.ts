@@ -43,7 +43,7 @@ function log (message: string): void {
   process.stderr.write(`[bench] ${message}\n`)
 }
 
-async function measure (scenario: Scenario, server: RunningServer, load: LoadGenerator, headers: Record<string, string>): Promise<Measurement> {
+async function measure (scenario: Scenario, server: RunningServer, load: LoadGenerator, postgres: Postgres, headers: Record<string, string>): Promise<Measurement> {
   let rss: ReturnType<typeof watchPeakRss> | undefined
   let start = { at: 0, server: 0, db: 0, load: 0 }
   const result = await load.run({
@@ -59,7 +59,7 @@ async function measure (scenario: Scenario, server: RunningServer, load: LoadGen
     namePrefix: `bench-${runId}-${server.kind}-${scenario.id}`
   }, () => {
     rss = watchPeakRss(server.pid)
-    start = { at: performance.now(), server: cpuSeconds(server.pid), db: postgresCpuSeconds(), load: cpuSeconds(load.pid) }
+    start = { at: performance.now(), server: cpuSeconds(server.pid), db: postgresCpuSeconds(postgres.postmasterPid), load: cpuSeconds(load.pid) }
   })
   const peakRssBytes = rss?.stop() ?? 0
   const elapsedS = (performance.now() - start.at) / 1000
@@ -78,7 +78,7 @@ async function measure (scenario: Scenario, server: RunningServer, load: LoadGen
     statusCounts: result.statusCounts,
     peakRssBytes,
     serverCpu: percent(cpuSeconds(server.pid), start.server),
-    dbCpu: server.kind === 'ceiling' ? 0 : percent(postgresCpuSeconds(), start.db),
+    dbCpu: server.kind === 'ceiling' ? 0 : percent(postgresCpuSeconds(postgres.postmasterPid), start.db),
     loadCpu: percent(cpuSeconds(load.pid), start.load)
   }
 }
@@ -121,7 +121,7 @@ async function runPhase (rows: number, postgres: Postgres, load: LoadGenerator, 
           else if ((await listBody(server.url, { 'if-none-match': etag })).status !== 304) notes.push(`${kind}: If-None-Match with the current ETag did not give 304`)
         }
         log(`${label}: ${scenario.title} (${settings.warmupS} s warm-up, ${settings.durationS} s measured)`)
-        const m = await measure(scenario, server, load, headers)
+        const m = await measure(scenario, server, load, postgres, headers)
         results.push(m)
         log(`${label}: ${scenario.title}: ${Math.round(m.rps)} req/s, p50 ${m.p50} ms, p99 ${m.p99} ms, failures ${m.socketErrors + m.badResponses}, peak RSS ${(m.peakRssBytes / 2 ** 20).toFixed(0)} MB, statuses ${JSON.stringify(m.statusCounts)}`)
         if (scenario.id === 'mixed' && kind !== 'ceiling') {

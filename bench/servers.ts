@@ -5,7 +5,7 @@
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { chmod, mkdtemp, open, rm } from 'node:fs/promises'
+import { chmod, mkdtemp, open, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -24,6 +24,8 @@ export interface Postgres {
   workDir: string
   version: string
   source: string
+  /** The postmaster's pid when we started the server (for its CPU time). */
+  postmasterPid: number | undefined
   /** Creates an empty database (each server makes its own table); returns its URL. */
   createDatabase: (name: string) => Promise<string>
   stop: () => Promise<void>
@@ -43,6 +45,7 @@ export async function startPostgres (): Promise<Postgres> {
   let urlFor: (db: string) => string
   let stopEmbedded = async (): Promise<void> => {}
   let source: string
+  let postmasterPid: number | undefined
   if (adminUrl === undefined || adminUrl === '') {
     const embedded = await startEmbeddedPostgres({ dir: path.join(workDir, 'pg') }).catch(async (err: unknown) => {
       await rm(workDir, { recursive: true, force: true })
@@ -52,6 +55,7 @@ export async function startPostgres (): Promise<Postgres> {
     urlFor = embedded.urlFor
     stopEmbedded = embedded.stop
     source = 'embedded PostgreSQL (src/db/embedded.ts) in a temporary directory'
+    postmasterPid = Number((await readFile(path.join(workDir, 'pg', 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[0])
   } else {
     const base = adminUrl
     urlFor = (db) => { const u = new URL(base); u.pathname = `/${db}`; return u.toString() }
@@ -63,6 +67,7 @@ export async function startPostgres (): Promise<Postgres> {
     workDir,
     version,
     source,
+    postmasterPid,
     createDatabase: async (name) => {
       await adminQuery(adminUrl, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)
       await adminQuery(adminUrl, `CREATE DATABASE "${name}"`)
