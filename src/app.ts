@@ -11,7 +11,7 @@ import type { Config } from './config.js'
 import { createPool } from './db/pool.js'
 import { migrationNames, runMigrations } from './db/migrate.js'
 import auth from './http/auth.js'
-import { clientErrorHandler, registerErrorHandling } from './http/error-handler.js'
+import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
 import { ErrorSchema } from './http/errors.js'
 import { registerHealthRoutes } from './http/health.js'
 import { registerJsonBodyParser } from './http/json-body.js'
@@ -74,6 +74,7 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     // Requests that arrive while closing are still served (with Connection: close), and get our Error body if they fail.
     return503OnClosing: false,
     clientErrorHandler,
+    frameworkErrors,
     ajv: {
       // The contract forbids coercing types and silently dropping unknown members.
       customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false, formats: { int64: true } }

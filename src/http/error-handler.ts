@@ -54,6 +54,8 @@ export function toApiError (err: unknown): ApiError {
       return errorForStatus(413, 'request body is larger than the limit')
     case 'FST_ERR_BAD_URL':
       return validationFailed('the request URL is not valid')
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return validationFailed('a path parameter is too long')
   }
   const status = typeof error.statusCode === 'number' ? error.statusCode : 500
   if (status >= 400 && status < 500) return errorForStatus(status, STATUS_CODES[status] ?? 'bad request')
@@ -77,6 +79,11 @@ export function registerErrorHandling (app: FastifyInstance): void {
 
   app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) =>
     sendError(reply, notFound(`no route for ${request.method} ${request.url.split('?')[0] ?? ''}`)))
+}
+
+/** Fastify answers a URL it cannot decode (or an over-long path parameter) before routing, outside the error handler. */
+export function frameworkErrors (error: FastifyError, _request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  return sendError(reply, toApiError(error))
 }
 
 /** Node rejects some requests before Fastify sees them (bad HTTP, header overflow, timeouts). */
