@@ -20,7 +20,7 @@ const mb = (bytes: number): string => (bytes / 2 ** 20).toFixed(0)
 const fmtRatio = (value: number | undefined): string => value === undefined ? 'n/a' : value.toFixed(2)
 
 function git (...args: string[]): string {
-  try { return execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trim() } catch { return 'unknown' }
+  try { return execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trimEnd() } catch { return 'unknown' }
 }
 
 function command (info: RunInfo): string {
@@ -51,7 +51,7 @@ export function markdownReport (results: Measurement[], notes: string[], info: R
     `- machine: ${os.availableParallelism()} CPUs (\`nproc\`), ${cpu}, ${mb(os.totalmem())} MB RAM, Linux ${os.release()}`,
     `- load average (1, 5, 15 min) before the run ${info.loadBefore.map(l => l.toFixed(2)).join(' ')}, after ${info.loadAfter.map(l => l.toFixed(2)).join(' ')} (other work on the machine makes every number noisier)`,
     `- node ${process.version}; PostgreSQL ${info.postgresVersion} (${info.postgresSource}); everything on 127.0.0.1`,
-    `- service built from commit \`${git('log', '-1', '--format=%h %s')}\`${dirty === '' ? '' : ` plus uncommitted changes in: ${dirty.split('\n').map(l => l.slice(3)).join(', ')}`}`,
+    `- service built from commit \`${git('log', '-1', '--format=%h %s')}\`${dirty === '' ? '' : ` plus uncommitted changes in: ${dirty.split('\n').map(line => line.slice(3)).join(', ')}`}`,
     `- service: \`node dist/server.js\`, NODE_ENV=production, LOG_LEVEL=${info.settings.logLevel}, METRICS_PORT=0; naive: Fastify default logging at LOG_LEVEL=${info.settings.logLevel}; ceiling: no logging`,
     '',
     '## Targets (issue 4)',

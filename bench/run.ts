@@ -63,7 +63,8 @@ async function measure (scenario: Scenario, server: RunningServer, load: LoadGen
   })
   const peakRssBytes = rss?.stop() ?? 0
   const elapsedS = (performance.now() - start.at) / 1000
-  const percent = (now: number, then: number): number => Math.round((now - then) / elapsedS * 100)
+  // Never below zero: a process that exits during the window takes its CPU time with it.
+  const percent = (now: number, then: number): number => Math.max(0, Math.round((now - then) / elapsedS * 100))
   let badResponses = 0
   for (const [code, count] of Object.entries(result.statusCounts)) if (!scenario.ok(Number(code))) badResponses += count
   return {
