@@ -181,8 +181,9 @@ sleep 0.3
 "$podman_here" kill --signal TERM "$name" >/dev/null 2>&1 || true
 exit_code=$(timeout "$grace" "$podman_here" wait "$name" 2>/dev/null || echo timeout)
 elapsed_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-# The drain alone is 5 s by default: an exit well before it means the second signal cut it short.
-if [ "$exit_code" != timeout ] && [ "$elapsed_ms" -lt 3000 ]; then pass "second SIGTERM: exited (code $exit_code) after ${elapsed_ms} ms"
+# The drain alone is 5 s by default, so an exit before 4.5 s means the second signal cut it
+# short (the margin covers podman's own latency on a loaded machine).
+if [ "$exit_code" != timeout ] && [ "$elapsed_ms" -lt 4500 ]; then pass "second SIGTERM: exited (code $exit_code) after ${elapsed_ms} ms"
 else fail "second SIGTERM: exit '$exit_code' after ${elapsed_ms} ms"; fi
 
 if [ "${TESTCONTAINERS:-0}" = 1 ]; then
