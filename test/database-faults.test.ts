@@ -55,9 +55,9 @@ t.test('PostgreSQL stops and starts again under create/list load', async t => {
   const { app } = await testApp(t, url)
   const base = await app.listen({ port: 0, host: '127.0.0.1' })
   const outcomes: Outcome[] = []
-  let running = true
+  const load = { running: true }
   const clients = Array.from({ length: 8 }, async (_, client) => {
-    for (let i = 0; running && i < 5000; i++) {
+    for (let i = 0; load.running && i < 5000; i++) {
       outcomes.push(await call(base, i % 3 === 2 ? 'list' : 'create', `fault-${client}-${i}`))
       await sleep(5)
     }
@@ -80,7 +80,7 @@ t.test('PostgreSQL stops and starts again under create/list load', async t => {
     else await sleep(50)
   }
   await sleep(1500)
-  running = false
+  load.running = false
   await Promise.all(clients)
 
   t.ok(recoveredAfter !== undefined && recoveredAfter <= RESPONSE_LIMIT_MS, `200 again ${Math.round(recoveredAfter ?? -1)} ms after PostgreSQL came back, without a restart`)
