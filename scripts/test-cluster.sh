@@ -62,7 +62,7 @@ else
   rc=$?
   [ "$rc" = 3 ] || { echo "FAIL: could not create the test database" >&2; exit 1; }
   echo "no PostgreSQL answers; starting the embedded one from node_modules"
-  pg_port=$((lb_port + 2332))
+  pg_port=${EMBEDDED_PG_PORT:-55432}
   node scripts/test-postgres.mjs embedded "$work/pg" "$pg_port" >"$work/pg.out" 2>"$work/pg.err" &
   embedded_pid=$!
   for _ in $(seq 1 120); do grep -q '^ready ' "$work/pg.out" && break; kill -0 "$embedded_pid" 2>/dev/null || break; sleep 0.5; done

