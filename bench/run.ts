@@ -33,7 +33,9 @@ const settings = {
   logLevel: process.env.BENCH_LOG_LEVEL ?? 'info',
   outDir: process.env.BENCH_OUT ?? path.join(ROOT, 'bench'),
   /** A comma-separated subset of scenario ids (get100,etag,mixed,get10k,post), for quick checks; all by default. */
-  only: (process.env.BENCH_SCENARIOS ?? '').split(',').filter(id => id !== '')
+  only: (process.env.BENCH_SCENARIOS ?? '').split(',').filter(id => id !== ''),
+  /** A comma-separated subset of servers (service,naive,ceiling), for quick checks; all by default. */
+  servers: (process.env.BENCH_SERVERS ?? '').split(',').filter(id => id !== '')
 }
 
 const SERVER_ORDER: ServerKind[] = ['ceiling', 'naive', 'service']
@@ -95,7 +97,7 @@ async function runPhase (rows: number, postgres: Postgres, load: LoadGenerator, 
   const expectedBody = JSON.stringify(seed)
   const ceilingData = path.join(postgres.workDir, `ceiling-${rows}.json`)
   writeFileSync(ceilingData, expectedBody)
-  for (const kind of SERVER_ORDER) {
+  for (const kind of SERVER_ORDER.filter(k => settings.servers.length === 0 || settings.servers.includes(k))) {
     const mine = scenarios.filter(s => s.servers.includes(kind))
     if (mine.length === 0) continue
     const label = `${kind}-${rows}`

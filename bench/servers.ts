@@ -131,12 +131,19 @@ export async function startServer (kind: ServerKind, options: ServerOptions): Pr
     ...(process.env.DB_POOL_MAX === undefined ? {} : { DB_POOL_MAX: process.env.DB_POOL_MAX }),
     ...(options.databaseUrl === undefined ? {} : { DATABASE_URL: options.databaseUrl })
   }
+  // For looking inside, e.g. BENCH_SERVICE_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof'; never set for published results.
+  const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(/\s+/).filter(arg => arg !== '')
   const args = kind === 'service'
-    ? ['dist/server.js']
+    ? [...nodeArgs, 'dist/server.js']
     : ['--import', 'tsx', `bench/${kind}.ts`]
   const childEnv: NodeJS.ProcessEnv = kind === 'service'
     // Production mode; no metrics listener; no drain pause on SIGTERM (it only slows the benchmark's teardown).
-    ? { ...env, NODE_ENV: 'production', METRICS_PORT: '0', SHUTDOWN_DRAIN_MS: '0' }
+    ? {
+        ...env,
+        NODE_ENV: 'production',
+        METRICS_PORT: '0',
+        SHUTDOWN_DRAIN_MS: '0'
+      }
     : { ...env, NODE_ENV: 'production', ...(options.ceilingData === undefined ? {} : { CEILING_DATA: options.ceilingData }) }
   const child = spawn(process.execPath, args, { cwd: ROOT, env: childEnv, stdio: ['ignore', log.fd, log.fd] })
   const exited = once(child, 'exit')
