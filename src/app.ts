@@ -4,6 +4,7 @@ import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions
 import type { Registry } from 'prom-client'
 import { CategoryCreateBatcher } from './categories/create-batcher.js'
 import { CategoryListCache } from './categories/list-cache.js'
+import { IdempotencyStore } from './categories/idempotency.js'
 import { CategoryRepository } from './categories/repository.js'
 import { registerCategoryRoutes } from './categories/routes.js'
 import { CategorySchema, NewCategorySchema } from './categories/schemas.js'
@@ -33,6 +34,9 @@ declare module 'fastify' {
     metrics: Registry
   }
 }
+
+/** Expired Idempotency-Key records are deleted this often, in small batches, off the request path. */
+const IDEMPOTENCY_CLEANUP_INTERVAL_MS = 10 * 60 * 1000
 
 /** A request id from the balancer is kept when it is sane; otherwise we make one. */
 const REQUEST_ID = /^[\x21-\x7e]{1,128}$/
@@ -117,7 +121,10 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
   const listCache = new CategoryListCache(categories, { connectionString: config.databaseUrl, log: app.log, registry: app.metrics })
   listCache.start()
   app.addHook('onClose', async () => { await listCache.close() })
-  registerCategoryRoutes(app, { categories, creates: new CategoryCreateBatcher(categories, { registry: app.metrics }), listCache })
+  const idempotency = new IdempotencyStore(pool)
+  idempotency.startCleanup(IDEMPOTENCY_CLEANUP_INTERVAL_MS, (err) => { app.log.warn({ err }, 'deleting expired idempotency keys failed') })
+  app.addHook('onClose', async () => { idempotency.stopCleanup() })
+  registerCategoryRoutes(app, { categories, creates: new CategoryCreateBatcher(categories, { registry: app.metrics }), listCache, idempotency })
   registerPetRoutes(app, { sunset: config.petsSunset })
   registerStoreRoutes(app)
 

@@ -4,9 +4,10 @@ import { errorResponses, notFound, validationFailed } from '../http/errors.js'
 import { rejectOtherMethods } from '../http/method-not-allowed.js'
 import { ref } from '../http/shared-schemas.js'
 import type { CategoryCreateBatcher } from './create-batcher.js'
+import { requestHash, type IdempotencyStore } from './idempotency.js'
 import { ifNoneMatchHits, type CategoryListCache, type ListSerializer } from './list-cache.js'
 import type { CategoryRepository } from './repository.js'
-import { CategoryListSchema, CategoryParamsSchema, CategorySchema, MAX_ID, NewCategorySchema, patternRules, ID_PATTERN } from './schemas.js'
+import { CategoryListSchema, CategoryParamsSchema, CategorySchema, CreateCategoryHeadersSchema, MAX_ID, NewCategorySchema, patternRules, ID_PATTERN, type Category } from './schemas.js'
 
 const tags = ['categories']
 const security = [{ bearer: [] }]
@@ -15,11 +16,12 @@ export interface CategoryRouteDeps {
   categories: CategoryRepository
   creates: CategoryCreateBatcher
   listCache: CategoryListCache
+  idempotency: IdempotencyStore
 }
 
 export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRouteDeps): void {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
-  const { categories, creates, listCache } = deps
+  const { categories, creates, listCache, idempotency } = deps
 
   api.get('/v1/categories', {
     schema: {
@@ -46,20 +48,48 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
     schema: {
       operationId: 'createCategory',
       summary: 'Create a category',
-      description: 'Stores the category exactly as sent. A 201 means the row is committed.',
+      description: 'Stores the category exactly as sent. A 201 means the row is committed. Send an Idempotency-Key to make retries safe.',
       tags,
       security,
+      headers: CreateCategoryHeadersSchema,
       body: ref(NewCategorySchema),
       response: {
         201: ref(CategorySchema),
-        ...errorResponses(400, 401, 413, 415, 429, 500, 503)
+        ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503)
       }
     }
   }, async (request, reply) => {
-    const category = await creates.create(request.body)
-    // Committed: the next list read on this instance must see it, whatever the change feed is doing.
+    const location = (category: Category): string => `/v1/categories/${category.id}`
+    const key = request.headers['idempotency-key']
+    if (key === undefined) {
+      const category = await creates.create(request.body)
+      // Committed: the next list read on this instance must see it, whatever the change feed is doing.
+      listCache.invalidate()
+      return await reply.code(201).header('location', location(category)).send(category)
+    }
+
+    // With an Idempotency-Key the row and the remembered answer commit together (one transaction, no batching).
+    const owner = request.apiKeyDigest as Buffer
+    const claim = await idempotency.claim(owner, key, requestHash(request.body))
+    if (claim.kind === 'replay') {
+      const { status, body, location: stored } = claim.response
+      if (stored !== null) reply.header('location', stored)
+      return await reply.code(status as 201).header('idempotent-replayed', 'true').header('content-type', 'application/json; charset=utf-8').send(body as never)
+    }
+    const serialize = reply.getSerializationFunction('201') as unknown as (category: Category) => string
+    let created: { category: Category, body: string }
+    try {
+      created = await idempotency.complete(owner, key, claim.token, async client => {
+        const category = await categories.insertWith(client, request.body)
+        const body = serialize(category)
+        return { result: { category, body }, response: { status: 201, body, location: location(category) } }
+      })
+    } catch (err) {
+      await idempotency.release(owner, key, claim.token).catch(() => {})
+      throw err
+    }
     listCache.invalidate()
-    return await reply.code(201).header('location', `/v1/categories/${category.id}`).send(category)
+    return await reply.code(201).header('location', location(created.category)).header('content-type', 'application/json; charset=utf-8').send(created.body as never)
   })
 
   api.get('/v1/categories/:id', {

@@ -14,12 +14,15 @@ export const DESCRIPTION_PATTERN = '^[^\\p{Cs}\\u0000-\\u0008\\u000B\\u000C\\u00
 /** A canonical decimal id (no sign, no leading zero); the upper bound 2^63-1 is checked as a BigInt. */
 export const ID_PATTERN = '^[1-9][0-9]{0,18}$'
 export const MAX_ID = 9223372036854775807n
+/** Idempotency-Key: visible ASCII only (the length, 1 to 255, is checked beside it). */
+export const IDEMPOTENCY_KEY_PATTERN = '^[\\x21-\\x7E]+$'
 
 /** What a pattern means, in words, for 400 messages. Keyed by the pattern itself. */
 export const patternRules: Record<string, string> = {
   [NAME_PATTERN]: 'must contain at least one non-whitespace character and no control characters, NUL or lone surrogates',
   [DESCRIPTION_PATTERN]: 'must not contain NUL, lone surrogates or control characters other than tab, line feed and carriage return',
-  [ID_PATTERN]: 'must be a decimal integer from 1 to 9223372036854775807'
+  [ID_PATTERN]: 'must be a decimal integer from 1 to 9223372036854775807',
+  [IDEMPOTENCY_KEY_PATTERN]: 'must be 1 to 255 visible ASCII characters'
 }
 
 const Name = Type.String({
@@ -68,3 +71,12 @@ export const CategoryParamsSchema = Type.Object({
 
 export type NewCategory = Static<typeof NewCategorySchema>
 export type Category = Static<typeof CategorySchema>
+
+export const CreateCategoryHeadersSchema = Type.Object({
+  'idempotency-key': Type.Optional(Type.String({
+    minLength: 1,
+    maxLength: 255,
+    pattern: IDEMPOTENCY_KEY_PATTERN,
+    description: 'Makes the request safe to retry: 1 to 255 visible ASCII characters, scoped to your API key, remembered 24 hours. The same key with the same body replays the first answer (Idempotent-Replayed: true); with another body it is 422; while the first request runs it is 409.'
+  }))
+})

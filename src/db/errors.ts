@@ -1,4 +1,4 @@
-import { serviceUnavailable, type ApiError } from '../http/errors.js'
+import { ApiError, serviceUnavailable } from '../http/errors.js'
 import { POOL_QUEUE_FULL } from './pool.js'
 
 /*
@@ -14,7 +14,7 @@ const QUERY_CANCELED = '57014' // statement_timeout
 const UNAVAILABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH'])
 
 export function isDatabaseUnavailable (err: unknown): boolean {
-  if (!(err instanceof Error)) return false
+  if (!(err instanceof Error) || err instanceof ApiError) return false
   const code = (err as { code?: unknown }).code
   if (typeof code === 'string') {
     if (code === QUERY_CANCELED || code === POOL_QUEUE_FULL || UNAVAILABLE_NODE_CODES.has(code)) return true

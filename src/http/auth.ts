@@ -12,14 +12,26 @@ export function isProtectedPath (url: string): boolean {
   return url === '/v1' || url.startsWith('/v1/') || url.startsWith('/v1?')
 }
 
-/** Compares the key's digest with every configured digest, without an early exit. */
-export function keyVerifier (digests: Buffer[]): (key: string) => boolean {
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** SHA-256 of the API key that authenticated this request (never the key itself); null outside /v1. */
+    apiKeyDigest: Buffer | null
+  }
+}
+
+/** The key's digest when it matches a configured one; compares with every digest, without an early exit. */
+export function keyMatcher (digests: Buffer[]): (key: string) => Buffer | undefined {
   return (key: string) => {
     const digest = sha256(key)
     let match = false
     for (const candidate of digests) match = timingSafeEqual(candidate, digest) || match
-    return match
+    return match ? digest : undefined
   }
+}
+
+export function keyVerifier (digests: Buffer[]): (key: string) => boolean {
+  const match = keyMatcher(digests)
+  return (key: string) => match(key) !== undefined
 }
 
 function unauthorized (request: FastifyRequest): ApiError {
@@ -36,9 +48,15 @@ function unauthorized (request: FastifyRequest): ApiError {
  * failures into our 401 Error body with WWW-Authenticate.
  */
 async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Promise<void> {
+  const match = keyMatcher(options.digests)
+  app.decorateRequest('apiKeyDigest', null)
   await app.register(bearerAuth, {
     keys: new Set<string>(),
-    auth: keyVerifier(options.digests),
+    auth: (key: string, request: FastifyRequest) => {
+      const digest = match(key)
+      if (digest !== undefined) request.apiKeyDigest = digest
+      return digest !== undefined
+    },
     addHook: false,
     specCompliance: 'rfc6749',
     verifyErrorLogLevel: 'debug'
