@@ -168,13 +168,20 @@ else
   fail "after SIGTERM: exit code '$exit_code' after ${elapsed_ms} ms"
 fi
 
-step "a second signal exits at once"
+step "hardened run (read-only root, arbitrary uid, no capabilities), then a second signal"
 "$podman_here" rm -f -t 0 "$name" >/dev/null 2>&1 || true
 "$podman_here" run -d --name "$name" --network=host --no-healthcheck \
+  --read-only --user 12345:12345 --cap-drop=ALL --security-opt=no-new-privileges \
   -e DATABASE_URL="$db_url" -e API_KEYS="$key" -e PORT="$port" -e METRICS_PORT=0 "$image" >/dev/null
+ready=0
 for _ in $(seq 1 120); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/health/ready" || true)" = 200 ] && break; sleep 0.5
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/health/ready" || true)" = 200 ] && { ready=1; break; }
+  sleep 0.5
 done
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$base/v1/categories" \
+  -H "authorization: Bearer $key" -H 'content-type: application/json' --data '{"name":"hardened"}')
+if [ "$ready" = 1 ] && [ "$code" = 201 ]; then pass "read-only, uid 12345, cap-drop ALL: ready 200, POST 201"
+else fail "hardened run: ready=$ready POST $code"; fi
 t0=$(date +%s%N)
 "$podman_here" kill --signal TERM "$name" >/dev/null
 sleep 0.3
