@@ -115,6 +115,9 @@ const waitUp = (inst) => waitFor(`HAProxy to mark s${inst.index} UP`, async () =
 const stats = {
   postsSent: 0,
   created: new Map(), // id -> name
+  acked: [], // [ackedAt, id] in the order the 201s arrived
+  staleLists: 0, // lists missing an id whose 201 arrived >= consistencyMs before the GET was sent
+  maxMissingInAList: 0,
   duplicateIdsInResponses: 0,
   listsOk: 0,
   failures: [], // { kind, detail }
@@ -173,6 +176,7 @@ async function writer (w) {
         const body = JSON.parse(res.body)
         if (stats.created.has(body.id)) stats.duplicateIdsInResponses++
         stats.created.set(body.id, body.name)
+        stats.acked.push([performance.now(), body.id])
         if (body.name !== name) failure('POST wrong body', `sent ${name}, got ${res.body.slice(0, 200)}`)
         if (res.headers.location !== `/v1/categories/${body.id}`) failure('POST Location', String(res.headers.location))
       }
@@ -187,16 +191,34 @@ async function writer (w) {
   agent.destroy()
 }
 
+// The contract: once a create answered 201, a GET on any instance includes it within 100 ms.
+// Each list is checked against every 201 that arrived at least consistencyMs before it was sent.
+const consistencyMs = Number(env.CONSISTENCY_MS ?? 100)
 async function reader (r) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
   while (!run.stop) {
     const t0 = performance.now()
+    const ackedBefore = stats.acked.length
     try {
       const res = await get(new URL('/v1/categories', lb), { agent, headers: { authorization: `Bearer ${apiKey}` }, timeout: 15_000 })
       stats.listLatencies.push(performance.now() - t0)
+      const list = res.status === 200 ? JSON.parse(res.body) : null
       if (res.status !== 200) failure(`GET ${res.status}`, res.body.slice(0, 200))
-      else if (!Array.isArray(JSON.parse(res.body))) failure('GET body', 'not an array')
-      else stats.listsOk++
+      else if (!Array.isArray(list)) failure('GET body', 'not an array')
+      else {
+        stats.listsOk++
+        const ids = new Set(list.map((c) => c.id))
+        let missing = 0
+        for (let i = 0; i < ackedBefore; i++) {
+          const [ackedAt, id] = stats.acked[i]
+          if (ackedAt > t0 - consistencyMs) break
+          if (!ids.has(id)) missing++
+        }
+        if (missing > 0) {
+          stats.staleLists++
+          stats.maxMissingInAList = Math.max(stats.maxMissingInAList, missing)
+        }
+      }
     } catch (err) {
       failure(`GET ${err.code ?? err.message}`, `reader ${r}`)
     }
@@ -291,6 +313,8 @@ try {
     postsSent: stats.postsSent,
     created201: stats.created.size,
     listsOk: stats.listsOk,
+    listsMissingACreateOlderThan100ms: stats.staleLists,
+    maxMissingInAList: stats.maxMissingInAList,
     failedRequests: stats.failures.length,
     failuresByKind: stats.failures.reduce((acc, f) => ({ ...acc, [f.kind]: (acc[f.kind] ?? 0) + 1 }), {}),
     finalListRows: list.length,
@@ -318,6 +342,7 @@ try {
     figures.rowsNoClientSent === 0 &&
     figures.idsUnique &&
     figures.finalListRows === figures.tableRows &&
+    figures.listsMissingACreateOlderThan100ms === 0 &&
     restarts.length === instances.length && restarts.every((r) => r.exitCode === 0)
 
   console.log('\n== cluster figures')
@@ -327,6 +352,7 @@ try {
   console.log(`  201 ids missing from final list: ${figures.createdMissingFromFinalList}`)
   console.log(`  rows no client created:        ${figures.rowsNoClientSent}`)
   console.log(`  ids unique:                    ${figures.idsUnique}`)
+  console.log(`  lists missing a create acknowledged >= ${consistencyMs} ms before: ${figures.listsMissingACreateOlderThan100ms} of ${figures.listsOk}`)
   console.log(`  final list rows / table rows:  ${figures.finalListRows} / ${figures.tableRows}`)
   console.log(`  instance exits after SIGTERM:  ${restarts.map((r) => `#${r.instance} code ${r.exitCode} in ${r.exitedAfterMs} ms`).join(', ')}`)
 } catch (err) {
