@@ -51,6 +51,13 @@ export function postgresCpuSeconds (postmasterPid?: number): number {
   return total
 }
 
+/** CPU seconds the whole machine has spent busy (all CPUs, everything but idle and I/O wait). */
+export function machineBusyCpuSeconds (): number {
+  const fields = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '').trim().split(/\s+/).slice(1).map(Number)
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = fields
+  return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS_PER_SECOND
+}
+
 export interface PeakRss { stop: () => number }
 
 /** Starts watching the peak RSS of `pid`; stop() returns it in bytes. */

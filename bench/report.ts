@@ -2,7 +2,7 @@
 import { execFileSync } from 'node:child_process'
 import os from 'node:os'
 import { ROOT } from './servers.js'
-import { judge, MEMORY_LIMIT_BYTES, ratio, SCENARIOS, TARGETS, type Measurement, type ScenarioId } from './scenarios.js'
+import { judge, MEMORY_LIMIT_BYTES, ratio, SCENARIOS, TARGETS, type Measurement, type ScenarioId, type Verdict } from './scenarios.js'
 
 export interface RunInfo {
   began: Date
@@ -31,9 +31,11 @@ function command (info: RunInfo): string {
   return [...vars, 'npm run bench'].join(' ') + `  (duration ${info.settings.durationS} s + warm-up ${info.settings.warmupS} s per scenario, ${info.settings.connections} connections)`
 }
 
+const verdictText = (v: Verdict): string => !v.measured ? 'not measured' : v.met ? '**met**' : '**not met**'
+
 function targetRows (results: Measurement[]): string[] {
   const { verdicts, memory } = judge(results)
-  const rows = verdicts.map(v => `| ${title(v.target.scenario)} | ${v.target.text} | ${fmtRatio(ratio(results, v.target.scenario, 'naive'))} | ${fmtRatio(ratio(results, v.target.scenario, 'ceiling'))} | ${v.details.join(', ')} | ${v.met ? '**met**' : '**not met**'} |`)
+  const rows = verdicts.map(v => `| ${title(v.target.scenario)} | ${v.target.text} | ${fmtRatio(ratio(results, v.target.scenario, 'naive'))} | ${fmtRatio(ratio(results, v.target.scenario, 'ceiling'))} | ${v.details.join(', ')} | ${verdictText(v)} |`)
   rows.push(`| memory | service peak RSS ≤ ${mb(MEMORY_LIMIT_BYTES)} MB in every scenario | | | worst ${mb(memory.worst)} MB | ${memory.met ? '**met**' : '**not met**'} |`)
   return rows
 }
@@ -64,12 +66,12 @@ export function markdownReport (results: Measurement[], notes: string[], info: R
     '',
     '## Every measurement',
     '',
-    'req/s is autocannon\'s mean of per-second samples; latencies in ms; failures are socket errors, timeouts and responses with a status the scenario does not accept (anything but 2xx, and 304 in the If-None-Match scenario). CPU is % of one core over the measured window: the server process, the processes of the PostgreSQL server (every process named postgres when DATABASE_URL is used), and the load generator.',
+    'req/s is autocannon\'s mean of per-second samples; latencies in ms; failures are socket errors, timeouts and responses with a status the scenario does not accept (anything but 2xx, and 304 in the If-None-Match scenario). CPU is % of one core over the measured window: the server process, the processes of the PostgreSQL server (every process named postgres when DATABASE_URL is used), and the load generator; other CPU is what the rest of the machine used meanwhile (the window had nproc × 100% to share).',
     '',
-    '| scenario | server | req/s | p50 | p99 | failures | statuses | peak RSS MB | server CPU | db CPU | load CPU |',
-    '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|',
+    '| scenario | server | req/s | p50 | p99 | failures | statuses | peak RSS MB | server CPU | db CPU | load CPU | other CPU |',
+    '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|',
     ...SCENARIOS.flatMap(s => results.filter(r => r.scenario === s.id).map(r =>
-      `| ${s.title} | ${r.server} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${r.socketErrors + r.badResponses} | ${Object.entries(r.statusCounts).map(([c, n]) => `${c}×${n}`).join(' ')} | ${mb(r.peakRssBytes)} | ${r.serverCpu}% | ${r.dbCpu}% | ${r.loadCpu}% |`)),
+      `| ${s.title} | ${r.server} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${r.socketErrors + r.badResponses} | ${Object.entries(r.statusCounts).map(([c, n]) => `${c}×${n}`).join(' ')} | ${mb(r.peakRssBytes)} | ${r.serverCpu}% | ${r.dbCpu}% | ${r.loadCpu}% | ${r.otherCpu}% |`)),
     '',
     '## Ratios (requests per second)',
     '',
@@ -136,10 +138,10 @@ export function ratiosSvg (results: Measurement[]): string {
 
 export function consoleSummary (results: Measurement[], notes: string[]): string {
   const pad = (text: string, n: number): string => text.padEnd(n)
-  const lines = ['', pad('scenario', 32) + pad('server', 9) + pad('req/s', 9) + pad('p50', 7) + pad('p99', 7) + pad('fail', 7) + 'RSS MB']
+  const lines = ['', pad('scenario', 32) + pad('server', 9) + pad('req/s', 9) + pad('p50', 7) + pad('p99', 7) + pad('fail', 7) + pad('RSS MB', 8) + 'other CPU']
   for (const s of SCENARIOS) {
     for (const r of results.filter(m => m.scenario === s.id)) {
-      lines.push(pad(s.title, 32) + pad(r.server, 9) + pad(String(Math.round(r.rps)), 9) + pad(String(r.p50), 7) + pad(String(r.p99), 7) + pad(String(r.socketErrors + r.badResponses), 7) + mb(r.peakRssBytes))
+      lines.push(pad(s.title, 32) + pad(r.server, 9) + pad(String(Math.round(r.rps)), 9) + pad(String(r.p50), 7) + pad(String(r.p99), 7) + pad(String(r.socketErrors + r.badResponses), 7) + pad(mb(r.peakRssBytes), 8) + `${r.otherCpu}%`)
     }
   }
   lines.push('', pad('scenario', 32) + pad('svc/naive', 11) + pad('svc/ceil', 11) + 'target')
@@ -147,7 +149,7 @@ export function consoleSummary (results: Measurement[], notes: string[]): string
   for (const s of SCENARIOS) {
     const verdict = verdicts.find(v => v.target.scenario === s.id)
     lines.push(pad(s.title, 32) + pad(fmtRatio(ratio(results, s.id, 'naive')), 11) + pad(fmtRatio(ratio(results, s.id, 'ceiling')), 11) +
-      (verdict === undefined ? '' : `${verdict.met ? 'MET' : 'NOT MET'}: ${verdict.target.text}`))
+      (verdict === undefined ? '' : `${verdictText(verdict).replace(/\*/g, '').toUpperCase()}: ${verdict.target.text}`))
   }
   lines.push(`memory: worst service peak RSS ${mb(memory.worst)} MB: ${memory.met ? 'MET' : 'NOT MET'} (≤ ${mb(MEMORY_LIMIT_BYTES)} MB)`)
   for (const note of notes) lines.push(`note: ${note}`)

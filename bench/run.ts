@@ -10,7 +10,7 @@ import { writeFileSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
-import { cpuSeconds, postgresCpuSeconds, watchPeakRss } from './proc-stats.js'
+import { cpuSeconds, machineBusyCpuSeconds, postgresCpuSeconds, watchPeakRss } from './proc-stats.js'
 import { consoleSummary, markdownReport, ratiosSvg, type RunInfo } from './report.js'
 import { SCENARIOS, type Measurement, type Scenario } from './scenarios.js'
 import {
@@ -47,7 +47,7 @@ function log (message: string): void {
 
 async function measure (scenario: Scenario, server: RunningServer, load: LoadGenerator, postgres: Postgres, headers: Record<string, string>): Promise<Measurement> {
   let rss: ReturnType<typeof watchPeakRss> | undefined
-  let start = { at: 0, server: 0, db: 0, load: 0 }
+  let start = { at: 0, server: 0, db: 0, load: 0, machine: 0 }
   const result = await load.run({
     url: server.url,
     kind: scenario.kind,
@@ -61,12 +61,16 @@ async function measure (scenario: Scenario, server: RunningServer, load: LoadGen
     namePrefix: `bench-${runId}-${server.kind}-${scenario.id}`
   }, () => {
     rss = watchPeakRss(server.pid)
-    start = { at: performance.now(), server: cpuSeconds(server.pid), db: postgresCpuSeconds(postgres.postmasterPid), load: cpuSeconds(load.pid) }
+    start = { at: performance.now(), server: cpuSeconds(server.pid), db: postgresCpuSeconds(postgres.postmasterPid), load: cpuSeconds(load.pid), machine: machineBusyCpuSeconds() }
   })
   const peakRssBytes = rss?.stop() ?? 0
   const elapsedS = (performance.now() - start.at) / 1000
   // Never below zero: a process that exits during the window takes its CPU time with it.
   const percent = (now: number, then: number): number => Math.max(0, Math.round((now - then) / elapsedS * 100))
+  const serverCpu = percent(cpuSeconds(server.pid), start.server)
+  const dbCpu = server.kind === 'ceiling' ? 0 : percent(postgresCpuSeconds(postgres.postmasterPid), start.db)
+  const loadCpu = percent(cpuSeconds(load.pid), start.load)
+  const otherCpu = Math.max(0, percent(machineBusyCpuSeconds(), start.machine) - serverCpu - dbCpu - loadCpu)
   let badResponses = 0
   for (const [code, count] of Object.entries(result.statusCounts)) if (!scenario.ok(Number(code))) badResponses += count
   return {
@@ -80,9 +84,10 @@ async function measure (scenario: Scenario, server: RunningServer, load: LoadGen
     badResponses,
     statusCounts: result.statusCounts,
     peakRssBytes,
-    serverCpu: percent(cpuSeconds(server.pid), start.server),
-    dbCpu: server.kind === 'ceiling' ? 0 : percent(postgresCpuSeconds(postgres.postmasterPid), start.db),
-    loadCpu: percent(cpuSeconds(load.pid), start.load)
+    serverCpu,
+    dbCpu,
+    loadCpu,
+    otherCpu
   }
 }
 
