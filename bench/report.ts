@@ -108,16 +108,17 @@ export function ratiosSvg (results: Measurement[]): string {
   const top = 40
   const height = top + bars.length * rowHeight + 40
   const width = labelWidth + plotWidth + 70
-  const max = Math.max(1, ...bars.map(b => Math.max(b.value ?? 0, b.target ?? 0))) * 1.1
-  const x = (v: number): number => labelWidth + (v / max) * plotWidth
+  // The axis ends a little past the largest target, so the targets stay readable; larger ratios run off the edge, labelled.
+  const max = Math.max(4, Math.ceil(Math.max(...bars.map(b => b.target ?? 0)) * 1.6))
+  const x = (v: number): number => Math.round((labelWidth + (Math.min(v, max) / max) * plotWidth) * 10) / 10
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="${width}" height="${height}" fill="#ffffff"/>`,
     '<text x="10" y="22" font-size="15" font-weight="bold">Service throughput ratios (bars) and the targets of issue 4 (black ticks)</text>'
   ]
-  for (let v = 0; v <= max; v += max > 8 ? 2 : max > 4 ? 1 : 0.5) {
-    parts.push(`<line x1="${x(v)}" y1="${top - 4}" x2="${x(v)}" y2="${top + bars.length * rowHeight}" stroke="${v === 1 ? '#888888' : '#e4e4e4'}"/>`,
-      `<text x="${x(v)}" y="${top + bars.length * rowHeight + 16}" text-anchor="middle" fill="#555555">${v}×</text>`)
+  for (let v = 0; v <= max; v += 0.5) {
+    parts.push(`<line x1="${x(v)}" y1="${top - 4}" x2="${x(v)}" y2="${top + bars.length * rowHeight}" stroke="${v === 1 ? '#888888' : '#e4e4e4'}"/>`)
+    if (Number.isInteger(v)) parts.push(`<text x="${x(v)}" y="${top + bars.length * rowHeight + 16}" text-anchor="middle" fill="#555555">${v}×</text>`)
   }
   bars.forEach((bar, i) => {
     const y = top + i * rowHeight
@@ -126,13 +127,13 @@ export function ratiosSvg (results: Measurement[]): string {
     if (bar.value !== undefined) {
       const colour = bar.target === undefined ? '#7f9fbf' : met ? '#3c9a5f' : '#c8553d'
       parts.push(`<rect x="${labelWidth}" y="${y + 6}" width="${Math.max(1, x(bar.value) - labelWidth)}" height="${rowHeight - 10}" fill="${colour}"/>`,
-        `<text x="${x(bar.value) + 4}" y="${y + 18}">${bar.value.toFixed(2)}</text>`)
+        `<text x="${x(bar.value) + 4}" y="${y + 18}">${bar.value.toFixed(2)}${bar.value > max ? ' →' : ''}</text>`)
     }
     if (bar.target !== undefined) {
       parts.push(`<line x1="${x(bar.target)}" y1="${y + 2}" x2="${x(bar.target)}" y2="${y + rowHeight - 2}" stroke="#000000" stroke-width="3"/>`)
     }
   })
-  parts.push(`<text x="10" y="${height - 6}" fill="#555555">green: target met · red: not met · blue: no target · grey line: 1×</text>`, '</svg>', '')
+  parts.push(`<text x="10" y="${height - 6}" fill="#555555">green: target met · red: not met · blue: no target · grey line: 1× · → beyond the axis</text>`, '</svg>', '')
   return parts.join('\n')
 }
 

@@ -218,7 +218,7 @@ export function seedRows (count: number): SeedRow[] {
 }
 
 /** Creates the rows through the API (POST), a few requests at a time. */
-export async function seedThroughApi (url: string, rows: SeedRow[], concurrency = 16): Promise<void> {
+export async function seedThroughApi (url: string, rows: SeedRow[], concurrency = 32): Promise<void> {
   let next = 0
   const worker = async (): Promise<void> => {
     while (next < rows.length) {
