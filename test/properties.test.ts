@@ -147,7 +147,7 @@ t.test('random names and descriptions over all of Unicode: 201 exactly as sent, 
     } else if (res.statusCode !== 400) {
       throw new Error(`expected 201 or 400, got ${res.statusCode}`)
     }
-  }), params(1500))
+  }), params(1000))
   t.pass(`${accepted.size} categories accepted so far`)
 })
 
@@ -157,7 +157,7 @@ t.test('random JSON values as bodies: never a 5xx, errors are Error bodies', asy
   await fc.assert(fc.asyncProperty(fc.oneof(fc.jsonValue({ maxDepth: 3 }), objects), async (value) => {
     const res = await create(JSON.stringify(value) ?? 'null')
     if (![201, 400].includes(res.statusCode)) throw new Error(`expected 201 or 400, got ${res.statusCode}`)
-  }), params(1000))
+  }), params(700))
   t.pass()
 })
 
@@ -168,7 +168,7 @@ t.test('random bytes as bodies: never a 5xx', async t => {
     const payload = Buffer.concat([Buffer.from(start), tail, Buffer.from(close && start.startsWith('{') ? '"}' : '')])
     const res = await create(payload)
     if (![201, 400].includes(res.statusCode)) throw new Error(`expected 201 or 400, got ${res.statusCode}`)
-  }), params(800))
+  }), params(500))
   t.pass()
 })
 
@@ -194,7 +194,7 @@ t.test('random headers and content types: never a 5xx', async t => {
     const url = method === 'POST' ? '/v1/categories' : '/v1/categories'
     if (method === 'POST') await create(payload, all)
     else await send({ method, url, headers: all, ...(method === 'GET' ? {} : {}) })
-  }), params(1200))
+  }), params(800))
   t.pass()
 })
 
@@ -211,7 +211,7 @@ t.test('random paths and methods: never a 5xx, every error an Error body', async
     const headers: Record<string, string> = auth === undefined ? {} : { authorization: auth }
     if (['POST', 'PUT', 'PATCH'].includes(verb)) headers['content-type'] = 'application/json'
     await send({ method: verb as InjectOptions['method'] & string, url, headers, ...(headers['content-type'] === undefined ? {} : { payload: '{"name":"path"}' }) })
-  }), params(1500))
+  }), params(1000))
   t.pass()
 })
 
@@ -232,7 +232,7 @@ t.test('every accepted body reads back byte-for-byte identical in the list', asy
     else checked++
   }
   t.equal(checked, accepted.size, `${checked} accepted categories read back identical in the list`)
-  t.ok(checked > 100, 'a meaningful number of bodies was accepted')
+  t.ok(checked > 50, 'a meaningful number of bodies was accepted')
 })
 
 export type { FastifyInstance }
