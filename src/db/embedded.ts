@@ -81,10 +81,39 @@ export async function startEmbeddedPostgres ({ dir, port: fixedPort, log = () =>
     onError: (err: unknown) => { log(String(err)) }
   })
   if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) await server.initialise()
-  await server.start()
+  await stopOrphan(databaseDir)
+  try {
+    await server.start()
+  } catch (err) {
+    // The package rejects with nothing when postgres exits early; its log (passed to `log`) says why.
+    throw new Error(`embedded PostgreSQL did not start (data directory ${databaseDir})`, { cause: err })
+  }
   const urlFor = (database: string): string =>
     `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`
   return { url: urlFor('postgres'), urlFor, stop: async () => { await server.stop() } }
 }
 
 const signalNames = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const
+
+/**
+ * A previous run killed without a chance to stop its server (SIGKILL, a crash)
+ * leaves that postgres running on our data directory, which then refuses a second
+ * server. It is ours: ask it to stop (fast shutdown) and wait a little for it.
+ */
+async function stopOrphan (databaseDir: string): Promise<void> {
+  const pidFile = path.join(databaseDir, 'postmaster.pid')
+  if (!existsSync(pidFile)) return
+  const pid = Number((await readFile(pidFile, 'utf8')).split('\n')[0])
+  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return
+  process.kill(pid, 'SIGINT')
+  for (let i = 0; i < 100 && isAlive(pid); i++) await new Promise(resolve => setTimeout(resolve, 100))
+}
+
+function isAlive (pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
