@@ -71,8 +71,9 @@ export function registerErrorHandling (app: FastifyInstance): void {
     const error = toApiError(err)
     if (error.code === 'INTERNAL_ERROR') {
       request.log.error({ err }, 'unexpected error')
-    } else if (error.status === 503) {
-      request.log.warn({ err: (err as Error).cause ?? err }, error.message)
+    } else if (error.status === 503 && error.cause !== undefined) {
+      // The database failure behind a 503 is worth a warning; an expected 503 (draining, not migrated) is not.
+      request.log.warn({ err: error.cause }, error.message)
     }
     return sendError(reply, error)
   })
