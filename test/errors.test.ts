@@ -16,7 +16,6 @@ function assertErrorBody (t: Test, res: { statusCode: number, headers: Record<st
   t.type(body.message, 'string')
 }
 
-
 t.test('unknown paths are 404 NOT_FOUND (after auth under /v1)', async t => {
   for (const url of ['/v1/nope', '/v1/categories/1/extra', '/V1/categories', '/nope', '/v2/categories']) {
     assertErrorBody(t, await app.inject({ method: 'GET', url, headers: AUTH }), 404, 'NOT_FOUND')

@@ -26,7 +26,7 @@ t.test('ready is 503 when a migration is missing', async t => {
   t.equal(ready.json().code, 'SERVICE_UNAVAILABLE')
   t.match(ready.json().message, /migrations/)
   t.equal((await app.inject({ method: 'GET', url: '/health/live' })).statusCode, 200, 'live stays 200')
-  await client.query("INSERT INTO pgmigrations (name, run_on) VALUES ($1, now())", [rows[0].name])
+  await client.query('INSERT INTO pgmigrations (name, run_on) VALUES ($1, now())', [rows[0].name])
   t.equal((await app.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200)
 })
 

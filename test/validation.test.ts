@@ -25,7 +25,6 @@ function assertRejected (t: Test, result: Awaited<ReturnType<typeof post>>, code
   t.match(result.body.message, mention, `${label}: message names the problem`)
 }
 
-
 t.test('bodies that break NewCategory are 400 VALIDATION_FAILED naming the field, and store nothing', async t => {
   const before = await rowCount()
   const cases: Array<[string, unknown, RegExp]> = [
