@@ -12,7 +12,7 @@ export interface RunInfo {
   loadAfter: number[]
   postgresVersion: string
   postgresSource: string
-  settings: { durationS: number, warmupS: number, connections: number, logLevel: string }
+  settings: { durationS: number, warmupS: number, rounds: number, connections: number, logLevel: string }
 }
 
 const title = (id: ScenarioId): string => SCENARIOS.find(s => s.id === id)?.title ?? id
@@ -24,11 +24,11 @@ function git (...args: string[]): string {
 }
 
 function command (info: RunInfo): string {
-  const vars = ['BENCH_DURATION', 'BENCH_WARMUP', 'BENCH_CONNECTIONS', 'BENCH_LOG_LEVEL', 'DB_POOL_MAX']
+  const vars = ['BENCH_DURATION', 'BENCH_WARMUP', 'BENCH_ROUNDS', 'BENCH_CONNECTIONS', 'BENCH_LOG_LEVEL', 'DB_POOL_MAX']
     .filter(name => process.env[name] !== undefined && process.env[name] !== '')
     .map(name => `${name}=${process.env[name] ?? ''}`)
   if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') vars.push('DATABASE_URL=…')
-  return [...vars, 'npm run bench'].join(' ') + `  (duration ${info.settings.durationS} s + warm-up ${info.settings.warmupS} s per scenario, ${info.settings.connections} connections)`
+  return [...vars, 'npm run bench'].join(' ') + `  (${info.settings.durationS} s measured after ${info.settings.warmupS} s of warm-up, ${info.settings.rounds} round${info.settings.rounds === 1 ? '' : 's'} per scenario and server, ${info.settings.connections} connections)`
 }
 
 const verdictText = (v: Verdict): string => !v.measured ? 'not measured' : v.met ? '**met**' : '**not met**'
@@ -66,12 +66,12 @@ export function markdownReport (results: Measurement[], notes: string[], info: R
     '',
     '## Every measurement',
     '',
-    'req/s is autocannon\'s mean of per-second samples; latencies in ms; failures are socket errors, timeouts and responses with a status the scenario does not accept (anything but 2xx, and 304 in the If-None-Match scenario). CPU is % of one core over the measured window: the server process, the processes of the PostgreSQL server (every process named postgres when DATABASE_URL is used), and the load generator; other CPU is what the rest of the machine used meanwhile (the window had nproc × 100% to share).',
+    'req/s is autocannon\'s mean of per-second samples (with several interleaved rounds, the median round, whose latencies and CPU are shown; every round\'s req/s in the last column; RSS is the peak and failures the sum over all rounds); latencies in ms; failures are socket errors, timeouts and responses with a status the scenario does not accept (anything but 2xx, and 304 in the If-None-Match scenario). CPU is % of one core over the measured window: the server process, the processes of the PostgreSQL server (every process named postgres when DATABASE_URL is used), and the load generator; other CPU is what the rest of the machine used meanwhile (the window had nproc × 100% to share).',
     '',
-    '| scenario | server | req/s | p50 | p99 | failures | statuses | peak RSS MB | server CPU | db CPU | load CPU | other CPU |',
-    '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|',
+    '| scenario | server | req/s | p50 | p99 | failures | statuses | peak RSS MB | server CPU | db CPU | load CPU | other CPU | rounds req/s |',
+    '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|',
     ...SCENARIOS.flatMap(s => results.filter(r => r.scenario === s.id).map(r =>
-      `| ${s.title} | ${r.server} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${r.socketErrors + r.badResponses} | ${Object.entries(r.statusCounts).map(([c, n]) => `${c}×${n}`).join(' ')} | ${mb(r.peakRssBytes)} | ${r.serverCpu}% | ${r.dbCpu}% | ${r.loadCpu}% | ${r.otherCpu}% |`)),
+      `| ${s.title} | ${r.server} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${r.socketErrors + r.badResponses} | ${Object.entries(r.statusCounts).map(([c, n]) => `${c}×${n}`).join(' ')} | ${mb(r.peakRssBytes)} | ${r.serverCpu}% | ${r.dbCpu}% | ${r.loadCpu}% | ${r.otherCpu}% | ${(r.rounds ?? [Math.round(r.rps)]).join(' ')} |`)),
     '',
     '## Ratios (requests per second)',
     '',

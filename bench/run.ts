@@ -29,6 +29,8 @@ function numberFromEnv (name: string, fallback: number): number {
 const settings = {
   durationS: numberFromEnv('BENCH_DURATION', 10),
   warmupS: numberFromEnv('BENCH_WARMUP', 3),
+  /** Interleaved rounds per scenario; each server's median round is reported. */
+  rounds: Math.max(1, Math.round(numberFromEnv('BENCH_ROUNDS', 1))),
   connections: numberFromEnv('BENCH_CONNECTIONS', 50),
   logLevel: process.env.BENCH_LOG_LEVEL ?? 'info',
   outDir: process.env.BENCH_OUT ?? path.join(ROOT, 'bench'),
@@ -96,50 +98,89 @@ async function listBody (url: string, extra: Record<string, string> = {}): Promi
   return { status: response.status, body: await response.text(), etag: response.headers.get('etag') }
 }
 
+/** Of several rounds, the one with the median throughput; RSS is the peak and failures the sum over all of them. */
+function combineRounds (rounds: Measurement[]): Measurement {
+  const sorted = [...rounds].sort((a, b) => a.rps - b.rps)
+  const median = sorted[Math.floor((sorted.length - 1) / 2)] as Measurement
+  const statusCounts: Record<string, number> = {}
+  for (const r of rounds) for (const [code, count] of Object.entries(r.statusCounts)) statusCounts[code] = (statusCounts[code] ?? 0) + count
+  return {
+    ...median,
+    total: rounds.reduce((sum, r) => sum + r.total, 0),
+    socketErrors: rounds.reduce((sum, r) => sum + r.socketErrors, 0),
+    badResponses: rounds.reduce((sum, r) => sum + r.badResponses, 0),
+    statusCounts,
+    peakRssBytes: Math.max(...rounds.map(r => r.peakRssBytes)),
+    rounds: rounds.map(r => Math.round(r.rps))
+  }
+}
+
+async function checkSeeded (server: RunningServer, expectedBody: string, notes: string[]): Promise<void> {
+  const list = await listBody(server.url)
+  // Same rows, same bytes: ids 1..n in every server (concurrent seeding may pair ids and names differently, never the length).
+  if (list.status !== 200 || Buffer.byteLength(list.body) !== Buffer.byteLength(expectedBody)) {
+    notes.push(`${server.kind}: the list after seeding was not the expected one (status ${list.status}, ${Buffer.byteLength(list.body)} bytes, expected ${Buffer.byteLength(expectedBody)})`)
+  }
+}
+
+/**
+ * One phase: every server it needs started on its own fresh database and
+ * seeded, then each scenario measured server after server (only one under load
+ * at a time), in BENCH_ROUNDS interleaved rounds whose server order rotates, so
+ * that a change in background load hits all of them alike.
+ */
 async function runPhase (rows: number, postgres: Postgres, load: LoadGenerator, results: Measurement[], notes: string[]): Promise<void> {
   const scenarios = SCENARIOS.filter(s => s.rows === rows && (settings.only.length === 0 || settings.only.includes(s.id)))
+  const kinds = SERVER_ORDER.filter(k => (settings.servers.length === 0 || settings.servers.includes(k)) && scenarios.some(s => s.servers.includes(k)))
+  if (kinds.length === 0) return
   const seed = seedRows(rows)
   const expectedBody = JSON.stringify(seed)
   const ceilingData = path.join(postgres.workDir, `ceiling-${rows}.json`)
   writeFileSync(ceilingData, expectedBody)
-  for (const kind of SERVER_ORDER.filter(k => settings.servers.length === 0 || settings.servers.includes(k))) {
-    const mine = scenarios.filter(s => s.servers.includes(kind))
-    if (mine.length === 0) continue
-    const label = `${kind}-${rows}`
-    const databaseUrl = kind === 'ceiling' ? undefined : await postgres.createDatabase(`bench_${runId}_${kind}_${rows}`)
-    log(`${label}: starting`)
-    const server = await startServer(kind, { databaseUrl, ceilingData, logLevel: settings.logLevel, workDir: postgres.workDir, label })
-    try {
+  const servers = new Map<ServerKind, RunningServer>()
+  try {
+    for (const kind of kinds) {
+      const label = `${kind}-${rows}`
+      const databaseUrl = kind === 'ceiling' ? undefined : await postgres.createDatabase(`bench_${runId}_${kind}_${rows}`)
+      log(`${label}: starting`)
+      const server = await startServer(kind, { databaseUrl, ceilingData, logLevel: settings.logLevel, workDir: postgres.workDir, label })
+      servers.set(kind, server)
       if (kind !== 'ceiling') {
         const started = performance.now()
         await seedThroughApi(server.url, seed)
         log(`${label}: seeded ${rows} rows through POST in ${Math.round(performance.now() - started)} ms`)
       }
-      const list = await listBody(server.url)
-      // Same rows, same bytes: ids 1..n in every server (concurrent seeding may pair ids and names differently, never the length).
-      if (list.status !== 200 || Buffer.byteLength(list.body) !== Buffer.byteLength(expectedBody)) {
-        notes.push(`${label}: the list after seeding was not the expected one (status ${list.status}, ${Buffer.byteLength(list.body)} bytes, expected ${Buffer.byteLength(expectedBody)})`)
-      }
-      for (const scenario of mine) {
-        const headers: Record<string, string> = { ...AUTH }
-        if (scenario.id === 'etag') {
-          const { etag } = await listBody(server.url)
-          headers['if-none-match'] = etag ?? '"no-etag-was-sent"'
-          if (etag === null) notes.push(`${kind}: GET /v1/categories sent no ETag, so If-None-Match was answered with full 200 responses`)
-          else if ((await listBody(server.url, { 'if-none-match': etag })).status !== 304) notes.push(`${kind}: If-None-Match with the current ETag did not give 304`)
-        }
-        log(`${label}: ${scenario.title} (${settings.warmupS} s warm-up, ${settings.durationS} s measured)`)
-        const m = await measure(scenario, server, load, postgres, headers)
-        results.push(m)
-        log(`${label}: ${scenario.title}: ${Math.round(m.rps)} req/s, p50 ${m.p50} ms, p99 ${m.p99} ms, failures ${m.socketErrors + m.badResponses}, peak RSS ${(m.peakRssBytes / 2 ** 20).toFixed(0)} MB, statuses ${JSON.stringify(m.statusCounts)}`)
-        if (scenario.id === 'mixed' && kind !== 'ceiling') {
-          const after = await listBody(server.url)
-          notes.push(`${kind}: the mixed scenario (with its warm-up) grew the table from ${rows} to ${(JSON.parse(after.body) as unknown[]).length} rows`)
-        }
-      }
-    } finally {
-      await server.stop()
+      await checkSeeded(server, expectedBody, notes)
     }
+    for (const scenario of scenarios) {
+      const rounds = new Map<ServerKind, Measurement[]>()
+      const mine = kinds.filter(k => scenario.servers.includes(k))
+      for (let round = 0; round < settings.rounds; round++) {
+        for (const kind of [...mine.slice(round % mine.length), ...mine.slice(0, round % mine.length)]) {
+          const server = servers.get(kind) as RunningServer
+          const headers: Record<string, string> = { ...AUTH }
+          if (scenario.id === 'etag') {
+            const { etag } = await listBody(server.url)
+            headers['if-none-match'] = etag ?? '"no-etag-was-sent"'
+            if (round === 0 && etag === null) notes.push(`${kind}: GET /v1/categories sent no ETag, so If-None-Match was answered with full 200 responses`)
+            else if (round === 0 && etag !== null && (await listBody(server.url, { 'if-none-match': etag })).status !== 304) notes.push(`${kind}: If-None-Match with the current ETag did not give 304`)
+          }
+          const label = `${kind}-${rows} ${scenario.title}${settings.rounds > 1 ? ` round ${round + 1}/${settings.rounds}` : ''}`
+          const m = await measure(scenario, server, load, postgres, headers)
+          rounds.set(kind, [...(rounds.get(kind) ?? []), m])
+          log(`${label}: ${Math.round(m.rps)} req/s, p50 ${m.p50} ms, p99 ${m.p99} ms, failures ${m.socketErrors + m.badResponses}, peak RSS ${(m.peakRssBytes / 2 ** 20).toFixed(0)} MB, other CPU ${m.otherCpu}%, statuses ${JSON.stringify(m.statusCounts)}`)
+        }
+      }
+      for (const kind of mine) results.push(combineRounds(rounds.get(kind) ?? []))
+      if (scenario.id === 'mixed') {
+        for (const kind of mine.filter(k => k !== 'ceiling')) {
+          const after = await listBody((servers.get(kind) as RunningServer).url)
+          notes.push(`${kind}: the mixed scenario (with its warm-ups) grew the table from ${rows} to ${(JSON.parse(after.body) as unknown[]).length} rows`)
+        }
+      }
+    }
+  } finally {
+    for (const server of servers.values()) await server.stop()
   }
 }
 
@@ -148,7 +189,7 @@ async function main (): Promise<void> {
   // Other work on the machine skews every number: say how busy it was.
   const loadBefore = os.loadavg()
   if ((loadBefore[0] ?? 0) > os.availableParallelism() / 2) log(`warning: the machine is busy (load average ${loadBefore.map(l => l.toFixed(2)).join(' ')}); results will be noisy`)
-  log(`BENCH_DURATION=${settings.durationS} BENCH_WARMUP=${settings.warmupS} BENCH_CONNECTIONS=${settings.connections} BENCH_LOG_LEVEL=${settings.logLevel}`)
+  log(`BENCH_DURATION=${settings.durationS} BENCH_WARMUP=${settings.warmupS} BENCH_ROUNDS=${settings.rounds} BENCH_CONNECTIONS=${settings.connections} BENCH_LOG_LEVEL=${settings.logLevel}`)
   const postgres = await startPostgres()
   log(`PostgreSQL ${postgres.version} (${postgres.source}); work directory ${postgres.workDir}`)
   const load = await startLoadGenerator()

@@ -43,6 +43,8 @@ export interface Measurement {
   loadCpu: number
   /** Everything else the machine did meanwhile (other people's work skews the numbers). */
   otherCpu: number
+  /** Requests per second of every round, when there were several (the median one is reported). */
+  rounds?: number[]
 }
 
 export interface Check {
