@@ -96,7 +96,8 @@ t.test('the per-key limit, when set, counts each key separately by its hash', as
   for (let i = 1; i <= 5; i++) {
     const res = await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH, remoteAddress: `192.0.2.${i}` })
     t.equal(res.statusCode, 200)
-    t.equal(res.headers.ratelimit, `"per-key";r=${5 - i};t=60`)
+    // t is whole seconds left in the window: 60, or 59 once a second has passed since the window opened (a loaded machine).
+    t.match(res.headers.ratelimit, new RegExp(`^"per-key";r=${5 - i};t=(59|60)$`))
     t.equal(res.headers['ratelimit-policy'], '"per-key";q=5;w=60')
   }
   const refused = await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH, remoteAddress: '192.0.2.99' })
