@@ -6,13 +6,14 @@ import type { Category } from './schemas.js'
 
 /** The list as sent on the wire, and its strong ETag. */
 export interface SerializedList {
-  body: string
+  /** UTF-8 bytes, encoded once: every response writes the same Buffer instead of re-encoding a string. */
+  body: Buffer
   etag: string
 }
 
 export type ListSerializer = (list: Category[]) => string
 
-export function etagOf (body: string): string {
+export function etagOf (body: Buffer): string {
   return `"${createHash('sha1').update(body).digest('base64url')}"`
 }
 
@@ -100,7 +101,7 @@ export class CategoryListCache {
   }
 
   private async load (serialize: ListSerializer): Promise<SerializedList> {
-    const body = serialize(await this.repository.list())
+    const body = Buffer.from(serialize(await this.repository.list()), 'utf8')
     return { body, etag: etagOf(body) }
   }
 
