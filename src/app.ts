@@ -35,6 +35,9 @@ declare module 'fastify' {
   }
 }
 
+/** Requests slower than this are logged at info even when they succeed. */
+const SLOW_REQUEST_MS = 1000
+
 /** Expired Idempotency-Key records are deleted this often, in small batches, off the request path. */
 const IDEMPOTENCY_CLEANUP_INTERVAL_MS = 10 * 60 * 1000
 
@@ -93,7 +96,11 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     done()
   })
   app.addHook('onResponse', (request, reply, done) => {
-    request.log.info({ req: request, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request completed')
+    // Failures and slow requests at info; the rest at debug: a log line per request is a measurable
+    // share of a cached GET (docs/performance.md), and the balancer and the metrics see every request.
+    const ms = reply.elapsedTime
+    const level = reply.statusCode >= 400 || ms >= SLOW_REQUEST_MS ? 'info' : 'debug'
+    request.log[level]({ req: request, statusCode: reply.statusCode, ms: Math.round(ms) }, 'request completed')
     done()
   })
   registerConnectionClose(app, lifecycle)

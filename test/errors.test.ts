@@ -115,3 +115,18 @@ t.test('an unreachable database is a 503 with Retry-After within a bounded time,
 t.test('a trailing slash on the collection is getCategory with an empty id: 400, not a silent list', async t => {
   assertErrorBody(t, await app.inject({ method: 'GET', url: '/v1/categories/', headers: AUTH }), 400, 'VALIDATION_FAILED')
 })
+
+t.test('request log lines: failures at info, successes at debug, each with the request id', async t => {
+  const { app: infoApp, logs: infoLogs } = await testApp(t, db.url, { LOG_LEVEL: 'info' })
+  await infoApp.inject({ method: 'GET', url: '/v1/categories', headers: { ...AUTH, 'x-request-id': 'ok-1' } })
+  await infoApp.inject({ method: 'GET', url: '/v1/nope', headers: { ...AUTH, 'x-request-id': 'fail-1' } })
+  const completed = infoLogs.lines.map(line => JSON.parse(line)).filter(entry => entry.msg === 'request completed')
+  t.same(completed.map(entry => [entry.requestId, entry.statusCode, entry.level]), [['fail-1', 404, 30]])
+  t.same(completed[0]?.req, { method: 'GET', url: '/v1/nope', remoteAddress: '127.0.0.1' })
+
+  const { app: debugApp, logs: debugLogs } = await testApp(t, db.url, { LOG_LEVEL: 'debug' })
+  await debugApp.inject({ method: 'GET', url: '/v1/categories?secret=1', headers: { ...AUTH, 'x-request-id': 'ok-2' } })
+  const debugLine = debugLogs.lines.map(line => JSON.parse(line)).find(entry => entry.requestId === 'ok-2')
+  t.equal(debugLine?.level, 20)
+  t.equal(debugLine?.req.url, '/v1/categories', 'the query string is never logged')
+})

@@ -53,6 +53,8 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
   await app.register(bearerAuth, {
     keys: new Set<string>(),
     auth: (key: string, request: FastifyRequest) => {
+      // Already verified from this same header by the rate limiter's hook (one hash per request).
+      if (request.apiKeyDigest !== null) return true
       const digest = match(key)
       if (digest !== undefined) request.apiKeyDigest = digest
       return digest !== undefined

@@ -2,7 +2,7 @@ import rateLimit, { normalizeIP } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { sha256 } from '../config.js'
-import { isProtectedPath, keyVerifier } from './auth.js'
+import { isProtectedPath, keyMatcher } from './auth.js'
 import { ApiError } from './errors.js'
 
 export interface RateLimitOptions {
@@ -58,7 +58,7 @@ function tooManyRequests (message: string, policy: string, state: LimitState): A
  */
 async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Promise<void> {
   await app.register(rateLimit, { global: false })
-  const isValidKey = keyVerifier(options.digests)
+  const matchKey = keyMatcher(options.digests)
 
   const authFailures = app.createRateLimit({
     max: options.authFailures,
@@ -69,20 +69,23 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     ? app.createRateLimit({
       max: options.perKeyPerMinute,
       timeWindow: MINUTE,
-      keyGenerator: (request) => `api-key:${sha256(bearerToken(request) ?? '').toString('hex')}`
+      keyGenerator: (request) => `api-key:${(request.apiKeyDigest ?? sha256(bearerToken(request) ?? '')).toString('hex')}`
     })
     : undefined
 
   app.addHook('onRequest', async (request, reply) => {
     if (!isProtectedPath(request.url)) return
     const token = bearerToken(request)
-    if (token === undefined || !isValidKey(token)) {
+    const digest = token === undefined ? undefined : matchKey(token)
+    if (digest === undefined) {
       const state = await authFailures(request)
       if (state.isAllowed) return
       if (state.isExceeded) throw tooManyRequests('too many failed authentication attempts from this address', 'auth-failures', state)
       reply.headers(rateLimitHeaders('auth-failures', state))
       return // auth.ts answers 401
     }
+    // The key is verified: auth.ts's check reuses this instead of hashing the key again.
+    request.apiKeyDigest = digest
     const failures = await authFailures(request, { increment: false })
     if (!failures.isAllowed && failures.remaining === 0) {
       throw tooManyRequests('too many failed authentication attempts from this address', 'auth-failures', failures)
