@@ -12,6 +12,8 @@ export interface RunInfo {
   loadAfter: number[]
   postgresVersion: string
   postgresSource: string
+  /** The commit (and uncommitted files under src/ and migrations/) the service was built from, read when the run began. */
+  builtFrom: string
   settings: { durationS: number, warmupS: number, rounds: number, connections: number, logLevel: string }
 }
 
@@ -40,9 +42,14 @@ function targetRows (results: Measurement[]): string[] {
   return rows
 }
 
+/** Which code `npm run build` (prebench) just compiled: read at the start, since others may commit while the run goes on. */
+export function buildSource (): string {
+  const dirty = git('status', '--porcelain', '--', 'src', 'migrations')
+  return `commit \`${git('log', '-1', '--format=%h %s')}\`${dirty === '' ? '' : ` plus uncommitted changes in: ${dirty.split('\n').map(line => line.slice(3)).join(', ')}`}`
+}
+
 export function markdownReport (results: Measurement[], notes: string[], info: RunInfo): string {
   const cpu = os.cpus()[0]?.model ?? 'unknown'
-  const dirty = git('status', '--porcelain', '--', 'src', 'migrations')
   const lines = [
     '# Benchmark results',
     '',
@@ -53,7 +60,7 @@ export function markdownReport (results: Measurement[], notes: string[], info: R
     `- machine: ${os.availableParallelism()} CPUs (\`nproc\`), ${cpu}, ${mb(os.totalmem())} MB RAM, Linux ${os.release()}`,
     `- load average (1, 5, 15 min) before the run ${info.loadBefore.map(l => l.toFixed(2)).join(' ')}, after ${info.loadAfter.map(l => l.toFixed(2)).join(' ')} (other work on the machine makes every number noisier)`,
     `- node ${process.version}; PostgreSQL ${info.postgresVersion} (${info.postgresSource}); everything on 127.0.0.1`,
-    `- service built from commit \`${git('log', '-1', '--format=%h %s')}\`${dirty === '' ? '' : ` plus uncommitted changes in: ${dirty.split('\n').map(line => line.slice(3)).join(', ')}`}`,
+    `- service built from ${info.builtFrom}`,
     `- service: \`node dist/server.js\`, NODE_ENV=production, LOG_LEVEL=${info.settings.logLevel}, METRICS_PORT=0; naive: Fastify default logging at LOG_LEVEL=${info.settings.logLevel}; ceiling: no logging`,
     '',
     '## Targets (issue 4)',

@@ -11,7 +11,7 @@ import { writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { cpuSeconds, machineBusyCpuSeconds, postgresCpuSeconds, watchPeakRss } from './proc-stats.js'
-import { consoleSummary, markdownReport, ratiosSvg, type RunInfo } from './report.js'
+import { buildSource, consoleSummary, markdownReport, ratiosSvg, type RunInfo } from './report.js'
 import { SCENARIOS, type Measurement, type Scenario } from './scenarios.js'
 import {
   AUTH, ROOT, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer,
@@ -186,6 +186,7 @@ async function runPhase (rows: number, postgres: Postgres, load: LoadGenerator, 
 
 async function main (): Promise<void> {
   const began = new Date()
+  const builtFrom = buildSource()
   // Other work on the machine skews every number: say how busy it was.
   const loadBefore = os.loadavg()
   if ((loadBefore[0] ?? 0) > os.availableParallelism() / 2) log(`warning: the machine is busy (load average ${loadBefore.map(l => l.toFixed(2)).join(' ')}); results will be noisy`)
@@ -202,7 +203,7 @@ async function main (): Promise<void> {
     await load.stop()
     await postgres.stop()
   }
-  const info: RunInfo = { began, finished: new Date(), loadBefore, loadAfter: os.loadavg(), postgresVersion: postgres.version, postgresSource: postgres.source, settings }
+  const info: RunInfo = { began, finished: new Date(), builtFrom, loadBefore, loadAfter: os.loadavg(), postgresVersion: postgres.version, postgresSource: postgres.source, settings }
   await writeFile(path.join(settings.outDir, 'results.md'), markdownReport(results, notes, info))
   await writeFile(path.join(settings.outDir, 'ratios.svg'), ratiosSvg(results))
   process.stdout.write(consoleSummary(results, notes))
