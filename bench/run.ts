@@ -14,17 +14,9 @@ import { cpuSeconds, machineBusyCpuSeconds, postgresCpuSeconds, watchPeakRss } f
 import { buildSource, consoleSummary, markdownReport, ratiosSvg, type RunInfo } from './report.js'
 import { SCENARIOS, type Measurement, type Scenario } from './scenarios.js'
 import {
-  AUTH, ROOT, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer,
+  AUTH, ROOT, numberFromEnv, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer,
   type LoadGenerator, type Postgres, type RunningServer, type ServerKind
 } from './servers.js'
-
-function numberFromEnv (name: string, fallback: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const value = Number(raw)
-  if (!Number.isFinite(value) || value < 0) throw new Error(`${name} must be a non-negative number, got "${raw}"`)
-  return value
-}
 
 const settings = {
   durationS: numberFromEnv('BENCH_DURATION', 10),

@@ -17,6 +17,15 @@ export const ROOT = fileURLToPath(new URL('..', import.meta.url))
 export const API_KEY = 'bench-key-0123456789abcdef'
 export const AUTH = { authorization: `Bearer ${API_KEY}` }
 
+/** A non-negative number from the environment (benchmark settings), or the fallback when unset. */
+export function numberFromEnv (name: string, fallback: number): number {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return fallback
+  const value = Number(raw)
+  if (!Number.isFinite(value) || value < 0) throw new Error(`${name} must be a non-negative number, got "${raw}"`)
+  return value
+}
+
 export type ServerKind = 'service' | 'naive' | 'ceiling'
 
 export interface Postgres {

@@ -13,15 +13,7 @@
  */
 import { execFileSync } from 'node:child_process'
 import { rssBytes, watchPeakRss } from './proc-stats.js'
-import { AUTH, ROOT, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer } from './servers.js'
-
-function numberFromEnv (name: string, fallback: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const value = Number(raw)
-  if (!Number.isFinite(value) || value < 0) throw new Error(`${name} must be a non-negative number, got "${raw}"`)
-  return value
-}
+import { AUTH, ROOT, numberFromEnv, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer } from './servers.js'
 
 const settings = {
   durationS: numberFromEnv('SOAK_DURATION', 600),

@@ -25,6 +25,8 @@ ports="$((lb_port + 1)),$((lb_port + 2)),$((lb_port + 3))"
 metrics_ports="$((lb_port + 6401)),$((lb_port + 6402)),$((lb_port + 6403))"
 api_key="cluster-$(date +%s)-$RANDOM$RANDOM"
 work=$(mktemp -d)
+# shellcheck source=scripts/fresh-database.sh
+. scripts/fresh-database.sh
 haproxy_pid=''
 driver_pid=''
 embedded_pid=''
@@ -56,20 +58,8 @@ fi
 haproxy -v | sed -n 1p
 
 echo "== database"
-if db_url=$(ADMIN_DATABASE_URL=${DATABASE_URL:-} node scripts/test-postgres.mjs create "petstore_cluster_$$"); then
-  echo "fresh database petstore_cluster_$$"
-else
-  rc=$?
-  [ "$rc" = 3 ] || { echo "FAIL: could not create the test database" >&2; exit 1; }
-  echo "no PostgreSQL answers; starting the embedded one from node_modules"
-  pg_port=${EMBEDDED_PG_PORT:-55432}
-  node scripts/test-postgres.mjs embedded "$work/pg" "$pg_port" >"$work/pg.out" 2>"$work/pg.err" &
-  embedded_pid=$!
-  for _ in $(seq 1 120); do grep -q '^ready ' "$work/pg.out" && break; kill -0 "$embedded_pid" 2>/dev/null || break; sleep 0.5; done
-  admin=$(sed -n 's/^ready //p' "$work/pg.out")
-  [ -n "$admin" ] || { cat "$work/pg.err" >&2; echo "FAIL: embedded PostgreSQL did not start" >&2; exit 1; }
-  db_url=$(ADMIN_DATABASE_URL=$admin node scripts/test-postgres.mjs create "petstore_cluster_$$")
-fi
+ADMIN_DATABASE_URL=${DATABASE_URL:-} fresh_database "petstore_cluster_$$" "${EMBEDDED_PG_PORT:-55432}" || exit 1
+echo "fresh database petstore_cluster_$$ on $db_source"
 
 echo "== build"
 if [ "${SKIP_BUILD:-0}" != 1 ]; then npm run build --silent; fi

@@ -27,6 +27,8 @@ grace=${GRACE_SECONDS:-30}
 key="ctest-$(date +%s)-$RANDOM"
 name="petstore-ctest-$$"
 work=$(mktemp -d)
+# shellcheck source=scripts/fresh-database.sh
+. scripts/fresh-database.sh
 db_url=''
 embedded_pid=''
 failures=0
@@ -75,21 +77,8 @@ else
 fi
 
 step "database"
-if db_url=$(node scripts/test-postgres.mjs create "petstore_ctest_$$"); then
-  pass "fresh database on the machine's PostgreSQL"
-else
-  rc=$?
-  [ "$rc" = 3 ] || { echo "FAIL: could not create the test database" >&2; exit 1; }
-  echo "  no PostgreSQL answers; starting the embedded one from node_modules"
-  pg_port=${EMBEDDED_PG_PORT:-55433}
-  node scripts/test-postgres.mjs embedded "$work/pg" "$pg_port" >"$work/pg.out" 2>"$work/pg.err" &
-  embedded_pid=$!
-  for _ in $(seq 1 120); do grep -q '^ready ' "$work/pg.out" && break; kill -0 "$embedded_pid" 2>/dev/null || break; sleep 0.5; done
-  admin=$(sed -n 's/^ready //p' "$work/pg.out")
-  [ -n "$admin" ] || { cat "$work/pg.err" >&2; echo "FAIL: embedded PostgreSQL did not start" >&2; exit 1; }
-  db_url=$(ADMIN_DATABASE_URL=$admin node scripts/test-postgres.mjs create "petstore_ctest_$$")
-  pass "fresh database on embedded PostgreSQL"
-fi
+fresh_database "petstore_ctest_$$" "${EMBEDDED_PG_PORT:-55433}" || exit 1
+pass "fresh database on $db_source"
 
 step "refuses to start without configuration"
 # Runs the image as deployed (NODE_ENV=production from the image).
