@@ -7,7 +7,7 @@
  * rows (GET list, POST). Rows are created through the API.
  */
 import { writeFileSync } from 'node:fs'
-import { writeFile } from 'node:fs/promises'
+import { mkdir, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { cpuSeconds, machineBusyCpuSeconds, postgresCpuSeconds, watchPeakRss } from './proc-stats.js'
@@ -196,6 +196,7 @@ async function main (): Promise<void> {
     await postgres.stop()
   }
   const info: RunInfo = { began, finished: new Date(), builtFrom, loadBefore, loadAfter: os.loadavg(), postgresVersion: postgres.version, postgresSource: postgres.source, settings }
+  await mkdir(settings.outDir, { recursive: true })
   await writeFile(path.join(settings.outDir, 'results.md'), markdownReport(results, notes, info))
   await writeFile(path.join(settings.outDir, 'ratios.svg'), ratiosSvg(results))
   process.stdout.write(consoleSummary(results, notes))
