@@ -73,9 +73,10 @@ function startInstance (inst) {
   writePids()
 }
 
-function get (url, { agent = false, headers = {}, timeout = 5000 } = {}) {
+/** One HTTP exchange: the whole body as text, or an error (a timeout destroys the request). */
+function exchange (req, payload) {
   return new Promise((resolve, reject) => {
-    const req = http.get(url, { agent, headers, timeout }, (res) => {
+    req.on('response', (res) => {
       const chunks = []
       res.on('data', (c) => chunks.push(c))
       res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }))
@@ -83,7 +84,12 @@ function get (url, { agent = false, headers = {}, timeout = 5000 } = {}) {
     })
     req.on('timeout', () => req.destroy(new Error('timeout')))
     req.on('error', reject)
+    req.end(payload)
   })
+}
+
+function get (url, { agent = false, headers = {}, timeout = 5000 } = {}) {
+  return exchange(http.request(url, { agent, headers, timeout }))
 }
 
 async function waitFor (what, check, timeoutMs) {
@@ -135,26 +141,16 @@ function failure (kind, detail) {
 }
 
 function post (agent, body) {
-  return new Promise((resolve, reject) => {
-    const payload = JSON.stringify(body)
-    const req = http.request({
-      host: lb.hostname,
-      port: lb.port,
-      path: '/v1/categories',
-      method: 'POST',
-      agent,
-      timeout: 15_000,
-      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }
-    }, (res) => {
-      const chunks = []
-      res.on('data', (c) => chunks.push(c))
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }))
-      res.on('error', reject)
-    })
-    req.on('timeout', () => req.destroy(new Error('timeout')))
-    req.on('error', reject)
-    req.end(payload)
-  })
+  const payload = JSON.stringify(body)
+  return exchange(http.request({
+    host: lb.hostname,
+    port: lb.port,
+    path: '/v1/categories',
+    method: 'POST',
+    agent,
+    timeout: 15_000,
+    headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }
+  }), payload)
 }
 
 async function writer (w) {
