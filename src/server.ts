@@ -1,23 +1,11 @@
-import { randomBytes } from 'node:crypto'
-import { existsSync } from 'node:fs'
-import { mkdir, readFile, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, sha256, type Config } from './config.js'
 import { startEmbeddedPostgres, type EmbeddedDatabase } from './db/embedded.js'
+import { readOrCreateSecret } from './dev-secrets.js'
 import { startMetricsServer } from './http/metrics.js'
-
-/** Outside production with no key configured: one random key, created once and kept under the data directory. */
-async function developmentKey (dataDir: string): Promise<{ key: string, created: boolean }> {
-  const file = path.join(dataDir, 'dev-api-key')
-  if (existsSync(file)) return { key: (await readFile(file, 'utf8')).trim(), created: false }
-  await mkdir(dataDir, { recursive: true })
-  const key = `dev_${randomBytes(24).toString('base64url')}`
-  await writeFile(file, key + '\n', { mode: 0o600 })
-  return { key, created: true }
-}
 
 async function main (): Promise<void> {
   let config: Config
@@ -38,10 +26,12 @@ async function main (): Promise<void> {
     embedded = await startEmbeddedPostgres({ dir: config.dataDir })
     databaseUrl = embedded.url
   }
-  let devKey: { key: string, created: boolean } | undefined
+  // Outside production with no key configured: one random key, created once and kept under the data directory.
+  const devKeyFile = path.join(config.dataDir, 'dev-api-key')
+  let devKey: { value: string, created: boolean } | undefined
   if (config.apiKeyDigests.length === 0) {
-    devKey = await developmentKey(config.dataDir)
-    config.apiKeyDigests = [sha256(devKey.key)]
+    devKey = await readOrCreateSecret(devKeyFile, 'dev_')
+    config.apiKeyDigests = [sha256(devKey.value)]
   }
 
   const app = await buildApp({ ...config, databaseUrl })
@@ -62,8 +52,8 @@ async function main (): Promise<void> {
 
   await app.listen({ port: config.port, host: config.host })
   if (devKey !== undefined) {
-    const shown = `${devKey.created ? 'created a development API key' : 'development API key'} (kept in ${path.join(config.dataDir, 'dev-api-key')})`
-    console.log(`\npetstore: ${shown}:\n\n    ${devKey.key}\n\n  try: curl -H 'Authorization: Bearer ${devKey.key}' http://${config.host}:${config.port}/v1/categories\n`)
+    const shown = `${devKey.created ? 'created a development API key' : 'development API key'} (kept in ${devKeyFile})`
+    console.log(`\npetstore: ${shown}:\n\n    ${devKey.value}\n\n  try: curl -H 'Authorization: Bearer ${devKey.value}' http://${config.host}:${config.port}/v1/categories\n`)
   }
 }
 

