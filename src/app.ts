@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto'
+import { randomBytes, randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Registry } from 'prom-client'
@@ -112,7 +112,9 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     warn: (msg) => { app.log.warn(msg) },
     error: (msg) => { app.log.error(msg) }
   })
-  const pool = createPool({ connectionString: config.databaseUrl, max: config.db.poolMax, connectionTimeoutMs: config.db.connectionTimeoutMs, statementTimeoutMs: config.db.statementTimeoutMs, maxWaiting: config.db.maxWaiting },
+  // Unique per instance: the change notifications name the writer, so the list cache can skip the echo of its own creates.
+  const writerName = `petstore/${randomBytes(6).toString('hex')}`
+  const pool = createPool({ connectionString: config.databaseUrl, applicationName: writerName, max: config.db.poolMax, connectionTimeoutMs: config.db.connectionTimeoutMs, statementTimeoutMs: config.db.statementTimeoutMs, maxWaiting: config.db.maxWaiting },
     (err) => { app.log.warn({ err }, 'idle database connection failed') })
   app.addHook('onClose', async () => { await pool.end() })
   app.decorate('metrics', registerMetrics(app, pool))
@@ -125,13 +127,13 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
 
   registerHealthRoutes(app, { pool, migrations: await migrationNames(), lifecycle })
   const categories = new CategoryRepository(pool)
-  const listCache = new CategoryListCache(categories, { connectionString: config.databaseUrl, log: app.log, registry: app.metrics })
+  const listCache = new CategoryListCache(categories, { connectionString: config.databaseUrl, ownWriterName: writerName, log: app.log, registry: app.metrics })
   listCache.start()
   app.addHook('onClose', async () => { await listCache.close() })
   const idempotency = new IdempotencyStore(pool)
   idempotency.startCleanup(IDEMPOTENCY_CLEANUP_INTERVAL_MS, (err) => { app.log.warn({ err }, 'deleting expired idempotency keys failed') })
   app.addHook('onClose', async () => { idempotency.stopCleanup() })
-  registerCategoryRoutes(app, { categories, creates: new CategoryCreateBatcher(categories, { registry: app.metrics }), listCache, idempotency })
+  registerCategoryRoutes(app, { categories, creates: new CategoryCreateBatcher(categories, { registry: app.metrics, observer: listCache }), listCache, idempotency })
   registerPetRoutes(app, { sunset: config.petsSunset })
   registerStoreRoutes(app)
 

@@ -1,9 +1,14 @@
+import { createHash } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import pg from 'pg'
+import { Registry } from 'prom-client'
 import t from 'tap'
 import { LISTENER_APPLICATION_NAME } from '../src/categories/change-feed.js'
-import { ifNoneMatchHits } from '../src/categories/list-cache.js'
+import { CategoryListCache, ifNoneMatchHits } from '../src/categories/list-cache.js'
+import { CategoryRepository } from '../src/categories/repository.js'
+import type { Category } from '../src/categories/schemas.js'
+import { createPool } from '../src/db/pool.js'
 import { testApp, AUTH, json } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
@@ -14,8 +19,9 @@ const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
 t.teardown(async () => { await admin.end() })
 
-async function metric (app: FastifyInstance, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const values = (await app.metrics.getSingleMetric(name)?.get())?.values ?? []
+async function metric (app: FastifyInstance | Registry, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const registry = app instanceof Registry ? app : app.metrics
+  const values = (await registry.getSingleMetric(name)?.get())?.values ?? []
   const found = values.find(v => Object.entries(labels).every(([k, l]) => v.labels[k] === l))
   return found?.value ?? 0
 }
@@ -36,6 +42,17 @@ async function create (app: FastifyInstance, name: string): Promise<number> {
   if (res.statusCode !== 201) throw new Error(`create answered ${res.statusCode}: ${res.body}`)
   return res.json().id
 }
+
+/** A category as the contract writes it (int8 id as a bare number, description only when present). */
+const categoryJson = (c: { id: bigint | string, name: string, description?: string | null }): string =>
+  `{"id":${c.id},"name":${JSON.stringify(c.name)}${c.description === null || c.description === undefined ? '' : `,"description":${JSON.stringify(c.description)}`}}`
+/** The list body, built from the table by this test's own code, not the service's. */
+async function expectedBody (): Promise<string> {
+  const { rows } = await admin.query<{ id: string, name: string, description: string | null }>('SELECT id::text, name, description FROM categories ORDER BY categories.id')
+  return `[${rows.map(categoryJson).join(',')}]`
+}
+const sha1Tag = (body: string): string => `"${createHash('sha1').update(body).digest('base64url')}"`
+const reads = async (app: FastifyInstance | Registry, source: string): Promise<number> => await metric(app, 'categories_list_reads_total', { source })
 
 await until('both instances listen', async () => await listening(a) && await listening(b))
 
@@ -84,8 +101,55 @@ t.test('the cached body is what the schema serializes from the database', async 
   const before = await metric(a, 'categories_list_reads_total', { source: 'cache' })
   const cached = await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
   t.ok(await metric(a, 'categories_list_reads_total', { source: 'cache' }) > before, 'served from the cache')
-  const { rows } = await admin.query<{ id: string, name: string, description: string | null }>('SELECT id::text, name, description FROM categories ORDER BY id')
-  t.equal(cached.body, `[${rows.map(r => `{"id":${r.id},"name":${JSON.stringify(r.name)}${r.description === null ? '' : `,"description":${JSON.stringify(r.description)}`}}`).join(',')}]`)
+  t.equal(cached.body, await expectedBody())
+})
+
+t.test('own creates are appended to the cached list: no rebuild, their echoes skipped, the same bytes and tag as a rebuild', async t => {
+  await list(a)
+  const refreshes = await reads(a, 'refresh')
+  const appended = await reads(a, 'appended')
+  const echoes = await metric(a, 'categories_change_feed_own_echoes')
+  const bodies = [
+    { name: 'append "quoted" \\ backslash' },
+    { name: 'append \u00fcn\u00efc\u00f6d\u00e9 \u{1F408}', description: 'line\nbreak\ttab \u2028 separator' },
+    { name: 'append empty description', description: '' }
+  ]
+  for (const body of bodies) {
+    const res = await a.inject({ method: 'POST', url: '/v1/categories', ...json(body) })
+    t.equal(res.statusCode, 201)
+  }
+  const together = await Promise.all(Array.from({ length: 5 }, async (_, i) => await create(a, `append together ${i}`)))
+  // Each INSERT statement notifies once: at least one echo per sequential create and one for the concurrent ones.
+  await until('the echoes of these creates arrived', async () => await metric(a, 'categories_change_feed_own_echoes') >= echoes + bodies.length + 1)
+  await sleep(50)
+
+  const res = await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  t.equal(await reads(a, 'refresh'), refreshes, 'A did not rebuild its list from the database')
+  t.ok(await reads(a, 'appended') > appended, 'A appended its own rows')
+  const ids = (res.json() as Array<{ id: number }>).map(c => c.id)
+  t.ok(together.every(id => ids.includes(id)), 'the concurrent creates are listed')
+  t.equal(res.body, await expectedBody(), 'byte for byte the list the table holds')
+  t.equal(res.headers.etag, sha1Tag(res.body), 'the tag is the SHA-1 of the appended body')
+  const onB = await b.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  t.equal(onB.headers.etag, res.headers.etag, 'B, which rebuilt from the database, has the same tag')
+  t.equal(onB.body, res.body)
+})
+
+t.test('an own row that sorts inside the cached list makes the instance rebuild it, in id order', async t => {
+  // A row from elsewhere whose id is far above the sequence: later creates get lower ids.
+  const { rows } = await admin.query<{ id: string }>('INSERT INTO categories (id, name) SELECT last_value + 1000000, \'high id from elsewhere\' FROM categories_id_seq RETURNING id::text')
+  const high = Number(rows[0]?.id)
+  await until('A lists the high id', async () => (await list(a)).some(c => c.id === high))
+  const refreshes = await reads(a, 'refresh')
+  const id = await create(a, 'below the high id')
+  t.ok(id < high, 'the new id sorts before the last listed one')
+  const listed = (await list(a)).map(c => c.id)
+  t.ok(listed.includes(id), 'listed at once')
+  t.same(listed, [...listed].sort((x, y) => x - y), 'in id order')
+  t.ok(await reads(a, 'refresh') > refreshes, 'rebuilt, not appended')
+  // Later tests want new ids to sort last again.
+  await admin.query('DELETE FROM categories WHERE id = $1', [high])
+  await until('A no longer lists the high id', async () => !(await list(a)).some(c => c.id === high))
 })
 
 t.test('a 201 is in the next list on its own instance, with no delay', async t => {
@@ -134,4 +198,75 @@ t.test('listener killed: the list comes from the database until the feed is back
   await list(a)
   await list(a)
   t.ok(await metric(a, 'categories_list_reads_total', { source: 'cache' }) > cacheReads, 'A serves from its cache again')
+})
+
+t.test('the list cache on its own: own rows with a refresh in flight, and the bound on rows waiting to be appended', async t => {
+  const writerName = 'petstore/list-cache-test'
+  const pool = createPool({ connectionString: db.url, applicationName: writerName, max: 4, connectionTimeoutMs: 2000, statementTimeoutMs: 5000 }, () => {})
+  const registry = new Registry()
+  const repository = new CategoryRepository(pool)
+  // The real repository; a test can hold a finished read before it reaches the cache (a rebuild "in flight").
+  let hold: { read: () => void, release: Promise<void> } | undefined
+  const heldRepository = {
+    listInChunks: async (onChunk: (rows: Category[]) => void): Promise<void> => {
+      await repository.listInChunks(onChunk)
+      const held = hold
+      if (held !== undefined) { held.read(); await held.release }
+    }
+  }
+  const cache = new CategoryListCache(heldRepository, { connectionString: db.url, ownWriterName: writerName, log: { warn () {}, info () {} }, registry, maxPendingRows: 3 })
+  cache.start()
+  t.teardown(async () => { await cache.close(); await pool.end() })
+  await until('the cache listens', async () => cache.listening)
+  const serialize = (rows: Category[]): string => `[${rows.map(categoryJson).join(',')}]`
+  const names = async (): Promise<string[]> => (JSON.parse((await cache.read(serialize)).body.toString('utf8')) as Array<{ name: string }>).map(c => c.name)
+
+  await t.test('a row committed while a rebuild is in flight is in the next read', async t => {
+    cache.invalidate()
+    let release = (): void => {}
+    const wasRead = new Promise<void>(resolve => { hold = { read: resolve, release: new Promise(resolve => { release = resolve }) } })
+    const reading = cache.read(serialize)
+    await wasRead // the rebuild has read the table, and not yet handed its list to the cache
+    hold = undefined
+    cache.created(await repository.insertBatch([{ name: 'during rebuild' }]))
+    release()
+    t.notOk(JSON.parse((await reading).body.toString('utf8')).some((c: { name: string }) => c.name === 'during rebuild'), 'the rebuild read the table before the insert')
+    t.ok((await names()).includes('during rebuild'), 'the rebuild that started first was not kept')
+  })
+
+  await t.test('up to maxPendingRows own rows are appended; more drop the list', async t => {
+    await cache.read(serialize)
+    cache.created(await repository.insertBatch([{ name: 'pending 1' }, { name: 'pending 2' }]))
+    const appended = await reads(registry, 'appended')
+    t.ok((await names()).includes('pending 2'))
+    t.equal(await reads(registry, 'appended'), appended + 1, 'two rows appended')
+
+    const refreshes = await reads(registry, 'refresh')
+    cache.created(await repository.insertBatch([{ name: 'pending 3' }, { name: 'pending 4' }, { name: 'pending 5' }, { name: 'pending 6' }]))
+    t.ok((await names()).includes('pending 6'))
+    t.equal(await reads(registry, 'refresh'), refreshes + 1, 'four rows (over the bound of three) made a rebuild')
+    t.equal((await cache.read(serialize)).etag, sha1Tag(await expectedBody()), 'the list is the table\'s')
+  })
+})
+
+t.test('a list longer than one chunk (1000 rows) is read in chunks and comes out byte for byte the same', async t => {
+  await admin.query(`INSERT INTO categories (name, description)
+    SELECT 'bulk ' || i || ' "' || chr(233) || '"', CASE WHEN i % 3 = 0 THEN 'tab' || chr(9) || i END FROM generate_series(1, 2500) AS i`)
+  const total = Number((await admin.query<{ n: string }>('SELECT count(*) AS n FROM categories')).rows[0]?.n)
+  await until('A lists every row', async () => (await list(a)).length === total)
+  const res = await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  t.equal(res.body, await expectedBody())
+  t.equal(res.headers.etag, sha1Tag(res.body))
+
+  const id = await create(a, 'after the long list')
+  const after = await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  t.ok(after.body.endsWith(`,${categoryJson({ id: String(id), name: 'after the long list' })}]`), 'an own create is appended to the long list')
+  t.equal(after.body, await expectedBody())
+
+  // Built into a buffer sized for the long list: the short one must come out exact.
+  await admin.query('DELETE FROM categories WHERE name LIKE \'bulk %\'')
+  await until('A lists the short list', async () => (await list(a)).length === total + 1 - 2500)
+  const short = await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  t.equal(short.body, await expectedBody(), 'a list that shrank')
+  t.equal(short.headers.etag, sha1Tag(short.body))
 })

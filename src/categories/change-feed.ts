@@ -8,8 +8,15 @@ interface Log { warn: (obj: object, msg: string) => void, info: (obj: object, ms
 
 export interface ChangeFeedOptions {
   connectionString: string
-  /** Called on every notification, and whenever the feed connects or drops (the cache cannot trust itself then). */
+  /** Called on every notification not skipped (below), and whenever the feed connects or drops (the cache cannot trust itself then). */
   onChange: () => void
+  /**
+   * The application_name of this instance's own pool. The trigger sends the
+   * writer's application_name as the payload, so a notification carrying this
+   * name is the echo of a change this instance made and has already applied
+   * itself; it is skipped. Unset: every notification counts.
+   */
+  ownWriterName?: string
   log: Log
   minBackoffMs?: number
   maxBackoffMs?: number
@@ -27,6 +34,8 @@ export class CategoryChangeFeed {
   listening = false
   /** How many times the connection was lost (or never made) since start. */
   drops = 0
+  /** Notifications skipped as the echo of this instance's own writes. */
+  ownEchoes = 0
   private client: pg.Client | undefined
   private closed = false
   private attempt = 0
@@ -89,7 +98,12 @@ export class CategoryChangeFeed {
     client.on('error', drop)
     client.on('end', () => { drop(new Error('listening connection ended')) })
     client.on('notification', (message) => {
-      if (message.channel === CHANGE_CHANNEL) this.options.onChange()
+      if (message.channel !== CHANGE_CHANNEL) return
+      if (this.options.ownWriterName !== undefined && message.payload === this.options.ownWriterName) {
+        this.ownEchoes++
+        return
+      }
+      this.options.onChange()
     })
     try {
       await client.connect()

@@ -14,6 +14,13 @@ export interface CreateBatcherOptions {
   /** Batches running at once (each holds one pool connection). */
   maxInFlight?: number
   registry?: Registry
+  /** Told of every batch before any of its requests is answered: the rows it committed, or that it failed (its outcome is then unknown). */
+  observer?: CreateObserver
+}
+
+export interface CreateObserver {
+  created: (categories: Category[]) => void
+  createFailed: () => void
 }
 
 /**
@@ -31,10 +38,12 @@ export class CategoryCreateBatcher {
   private readonly maxInFlight: number
   private readonly batchRows: Histogram | undefined
   private readonly failedBatches: Counter | undefined
+  private readonly observer: CreateObserver | undefined
 
   constructor (private readonly repository: Pick<CategoryRepository, 'insertBatch'>, options: CreateBatcherOptions = {}) {
     this.maxRows = options.maxRows ?? 256
     this.maxInFlight = options.maxInFlight ?? 1
+    this.observer = options.observer
     const registers = options.registry === undefined ? undefined : [options.registry]
     if (registers !== undefined) {
       this.batchRows = new Histogram({
@@ -69,9 +78,13 @@ export class CategoryCreateBatcher {
     this.inFlight++
     this.batchRows?.observe(batch.length)
     this.repository.insertBatch(batch.map(pending => pending.category)).then(
-      categories => { batch.forEach((pending, i) => { pending.resolve(categories[i] as Category) }) },
+      categories => {
+        this.observer?.created(categories)
+        batch.forEach((pending, i) => { pending.resolve(categories[i] as Category) })
+      },
       (err: unknown) => {
         this.failedBatches?.inc()
+        this.observer?.createFailed()
         for (const pending of batch) pending.reject(err)
       }
     ).finally(() => {

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { createHash, type Hash } from 'node:crypto'
 import { Counter, Gauge, type Registry } from 'prom-client'
 import { CategoryChangeFeed, type ChangeFeedOptions } from './change-feed.js'
 import type { CategoryRepository } from './repository.js'
@@ -13,9 +13,107 @@ export interface SerializedList {
 
 export type ListSerializer = (list: Category[]) => string
 
-export function etagOf (body: Buffer): string {
-  return `"${createHash('sha1').update(body).digest('base64url')}"`
+interface CachedList extends SerializedList {
+  /** The last (highest) id in the list, undefined when it is empty: only higher ids can be appended in order. */
+  lastId: bigint | undefined
+  /** SHA-1 state over every byte of `body` but its closing `]`, so that an append hashes only what it adds. */
+  openHash: Hash
+  rows: number
 }
+
+const OPEN = 0x5b // [
+const COMMA = 0x2c // ,
+const CLOSE = 0x5d // ]
+
+/** The smallest buffer a list is written into. */
+const MIN_PART_BYTES = 64 * 1024
+
+/**
+ * A list body built from chunks of rows, each serialized by the route's own
+ * serializer. That serializer writes an array as `[`, the items joined by `,`,
+ * and `]`; the chunks' items are joined the same way, so the body is byte for
+ * byte what serializing the whole list at once would give (test/list-cache.test.ts
+ * compares them), while no more than one chunk exists as objects at a time.
+ *
+ * The bytes go straight into buffers: the first sized from `sizeHint` (the
+ * last list's length), so that rebuilding a list that did not grow much is one
+ * allocation and no copy; when it fills, the next is as large as everything
+ * written so far, and the parts are joined once at the end. Nothing is copied
+ * to grow. Started from a cached list, it appends: the cached bytes are reused
+ * as they are, and only the new rows are serialized and hashed.
+ */
+class ListBuilder {
+  /** Filled parts, in order; with a cached list to start from, the first is its bytes (never written to). */
+  private readonly parts: Buffer[] = []
+  private current: Buffer
+  private used = 0
+  /** Bytes in `parts` and `current`. */
+  private total = 0
+  /** Bytes this builder wrote itself (what the next part is sized from). */
+  private written = 0
+  private readonly hash: Hash
+  private lastId: bigint | undefined
+  private rows: number
+
+  constructor (private readonly serialize: ListSerializer, sizeHint: number, base?: CachedList) {
+    this.rows = base?.rows ?? 0
+    if (base === undefined) {
+      this.current = Buffer.allocUnsafeSlow(Math.max(sizeHint, MIN_PART_BYTES))
+      this.current[this.used++] = OPEN
+      this.total = this.written = 1
+      this.hash = createHash('sha1').update(this.current.subarray(0, 1))
+      this.lastId = undefined
+    } else {
+      this.parts.push(base.body.subarray(0, base.body.length - 1)) // all but the closing ]
+      this.total = base.body.length - 1
+      this.current = Buffer.alloc(0)
+      this.hash = base.openHash.copy()
+      this.lastId = base.lastId
+    }
+  }
+
+  /** Rows in id order, all after the ones already added. */
+  add (rows: Category[]): void {
+    if (rows.length === 0) return
+    const array = this.serialize(rows)
+    if (array[0] !== '[' || array[array.length - 1] !== ']') throw new Error('the list serializer did not write a JSON array')
+    const items = array.slice(1, -1)
+    const comma = this.lastId !== undefined
+    this.reserve((comma ? 1 : 0) + Buffer.byteLength(items, 'utf8'))
+    const start = this.used
+    if (comma) this.current[this.used++] = COMMA
+    this.used += this.current.write(items, this.used, 'utf8')
+    this.hash.update(this.current.subarray(start, this.used))
+    this.total += this.used - start
+    this.written += this.used - start
+    this.lastId = (rows[rows.length - 1] as Category).id
+    this.rows += rows.length
+  }
+
+  finish (): CachedList {
+    this.reserve(0) // reserve() always leaves room for the ]
+    const openHash = this.hash.copy()
+    this.current[this.used++] = CLOSE
+    this.total++
+    this.hash.update(this.current.subarray(this.used - 1, this.used))
+    const last = this.current.subarray(0, this.used)
+    let body: Buffer
+    if (this.parts.length > 0) body = Buffer.concat([...this.parts, last], this.total)
+    // One part, much larger than its content (the list shrank): keep only what is used.
+    else body = this.current.length - this.used > this.used / 8 + 4096 ? Buffer.from(last) : last
+    return { body, etag: `"${this.hash.digest('base64url')}"`, lastId: this.lastId, openHash, rows: this.rows }
+  }
+
+  /** Room in the current part for `bytes` more and the closing ]; a full part is kept and a new one started, nothing is copied. */
+  private reserve (bytes: number): void {
+    if (this.used + bytes + 1 <= this.current.length) return
+    if (this.used > 0) this.parts.push(this.current.subarray(0, this.used))
+    this.current = Buffer.allocUnsafeSlow(Math.max(bytes + 1, this.written))
+    this.used = 0
+  }
+}
+
+const byId = (a: Category, b: Category): number => a.id < b.id ? -1 : a.id > b.id ? 1 : 0
 
 /** If-None-Match (RFC 9110 13.1.2): `*`, or a list of tags compared weakly. */
 export function ifNoneMatchHits (header: string | undefined, etag: string): boolean {
@@ -29,38 +127,60 @@ export function ifNoneMatchHits (header: string | undefined, etag: string): bool
   return false
 }
 
-type ReadSource = 'cache' | 'refresh' | 'database'
+type ReadSource = 'cache' | 'appended' | 'refresh' | 'database'
+
+export interface ListCacheOptions extends Omit<ChangeFeedOptions, 'onChange'> {
+  registry?: Registry
+  /** Own creates held for appending; beyond this many (nobody has read the list meanwhile) the cached list is dropped instead. */
+  maxPendingRows?: number
+}
 
 /**
  * The serialized category list, kept in memory while the change feed is
- * listening and invalidated by its notifications (and by this instance's own
- * creates, before they answer). While the feed is down every read goes to the
- * database. A generation counter stops a refresh that started before an
- * invalidation from installing its (possibly stale) result; concurrent readers
- * share one refresh instead of all querying at once.
+ * listening. While the feed is down every read goes to the database.
+ *
+ * What changes the list:
+ * - this instance's own creates (`created`, called before their 201s are sent)
+ *   are appended to the cached list at the next read, when their ids sort after
+ *   it; otherwise (ids out of order, or a refresh in flight) the list is dropped;
+ * - a change from anywhere else (a notification that does not carry our pool's
+ *   name) drops it, and so does a create whose outcome is unknown;
+ * - a dropped list is rebuilt by the next read, in chunks (repository.listInChunks).
+ * A generation counter stops a refresh that started before a drop from
+ * installing its (possibly stale) result; concurrent readers share one refresh
+ * instead of all querying at once.
  */
 export class CategoryListCache {
   private generation = 0
-  private entry: SerializedList | undefined
-  private refreshing: { generation: number, promise: Promise<SerializedList> } | undefined
+  private entry: CachedList | undefined
+  /** Own creates committed since `entry` was built, in id order, all after it; appended at the next read. */
+  private pending: Category[] = []
+  private refreshing: { generation: number, promise: Promise<CachedList> } | undefined
   private readonly feed: CategoryChangeFeed
+  private readonly maxPendingRows: number
   private readonly reads: Partial<Record<ReadSource, { inc: () => void }>> = {}
+  /** The last list built (its length and rows), and how many rows this instance created since: what a rebuild sizes its buffer from. */
+  private lastBuilt = { bytes: 0, rows: 0 }
+  private createdSinceBuilt = 0
 
   constructor (
-    private readonly repository: Pick<CategoryRepository, 'list'>,
-    options: Omit<ChangeFeedOptions, 'onChange'> & { registry?: Registry }
+    private readonly repository: Pick<CategoryRepository, 'listInChunks'>,
+    options: ListCacheOptions
   ) {
     this.feed = new CategoryChangeFeed({ ...options, onChange: () => { this.invalidate() } })
+    this.maxPendingRows = options.maxPendingRows ?? 10_000
     if (options.registry !== undefined) {
       const registers = [options.registry]
-      const reads = new Counter({ name: 'categories_list_reads_total', help: 'Category list reads by source: cache, refresh (one query shared by waiting readers) or database (change feed down)', labelNames: ['source'], registers })
+      const reads = new Counter({ name: 'categories_list_reads_total', help: 'Category list reads by source: cache, appended (cache plus this instance\'s own new rows), refresh (one query shared by waiting readers) or database (change feed down)', labelNames: ['source'], registers })
       // Children bound once: the hot path then skips label hashing.
-      for (const source of ['cache', 'refresh', 'database'] as const) this.reads[source] = reads.labels(source)
+      for (const source of ['cache', 'appended', 'refresh', 'database'] as const) this.reads[source] = reads.labels(source)
       const feed = this.feed
       // eslint-disable-next-line no-new
       new Gauge({ name: 'categories_change_feed_listening', help: '1 while the change feed listens and the list cache may be used', registers, collect () { this.set(feed.listening ? 1 : 0) } })
       // eslint-disable-next-line no-new
       new Gauge({ name: 'categories_change_feed_drops', help: 'Times the change feed connection was lost or could not be made', registers, collect () { this.set(feed.drops) } })
+      // eslint-disable-next-line no-new
+      new Gauge({ name: 'categories_change_feed_own_echoes', help: 'Notifications skipped because they announced this instance\'s own writes', registers, collect () { this.set(feed.ownEchoes) } })
     }
   }
 
@@ -74,7 +194,28 @@ export class CategoryListCache {
   invalidate (): void {
     this.generation++
     this.entry = undefined
+    this.pending = []
   }
+
+  /** Rows this instance has committed. Must be called before their 201s are sent: the next read on this instance includes them. */
+  created (rows: readonly Category[]): void {
+    if (rows.length === 0) return
+    this.createdSinceBuilt += rows.length
+    // No list, or one being rebuilt from a snapshot that may predate these rows: the rebuild must not be kept.
+    if (this.entry === undefined) { this.invalidate(); return }
+    const sorted = [...rows].sort(byId)
+    const last = this.pending.length > 0 ? (this.pending[this.pending.length - 1] as Category).id : this.entry.lastId
+    // An id at or below the list's last one: the list may already hold the row (a snapshot taken after the
+    // commit), or the row belongs in the middle. Either way, rebuild instead of appending.
+    if ((last !== undefined && (sorted[0] as Category).id <= last) || this.pending.length + sorted.length > this.maxPendingRows) {
+      this.invalidate()
+      return
+    }
+    this.pending.push(...sorted)
+  }
+
+  /** A create failed, perhaps after its commit (the connection dropped before the answer): what the table holds is unknown. */
+  createFailed (): void { this.invalidate() }
 
   async read (serialize: ListSerializer): Promise<SerializedList> {
     if (!this.feed.listening) {
@@ -82,7 +223,15 @@ export class CategoryListCache {
       return await this.load(serialize)
     }
     if (this.entry !== undefined) {
-      this.count('cache')
+      if (this.pending.length === 0) {
+        this.count('cache')
+        return this.entry
+      }
+      const builder = new ListBuilder(serialize, 0, this.entry)
+      builder.add(this.pending)
+      this.entry = this.built(builder)
+      this.pending = []
+      this.count('appended')
       return this.entry
     }
     this.count('refresh')
@@ -100,9 +249,19 @@ export class CategoryListCache {
     }
   }
 
-  private async load (serialize: ListSerializer): Promise<SerializedList> {
-    const body = Buffer.from(serialize(await this.repository.list()), 'utf8')
-    return { body, etag: etagOf(body) }
+  private async load (serialize: ListSerializer): Promise<CachedList> {
+    const { bytes, rows } = this.lastBuilt
+    const expected = bytes + (rows === 0 ? 0 : Math.ceil(this.createdSinceBuilt * bytes / rows))
+    const builder = new ListBuilder(serialize, expected + (expected >> 4) + 1024)
+    await this.repository.listInChunks(rows => { builder.add(rows) })
+    return this.built(builder)
+  }
+
+  private built (builder: ListBuilder): CachedList {
+    const list = builder.finish()
+    this.lastBuilt = { bytes: list.body.length, rows: list.rows }
+    this.createdSinceBuilt = 0
+    return list
   }
 
   private count (source: ReadSource): void { this.reads[source]?.inc() }

@@ -32,16 +32,46 @@ WITH input AS MATERIALIZED (
 )
 SELECT id FROM input ORDER BY ord`
 
+const LIST = 'SELECT id, name, description FROM categories ORDER BY id'
+
+/** Rows per chunk of a list read: a short list is one round trip, a long one never exists as objects all at once. */
+export const LIST_CHUNK_ROWS = 1000
+
 /** Categories in PostgreSQL. Named statements are prepared once per connection. */
 export class CategoryRepository {
   constructor (private readonly pool: pg.Pool) {}
 
-  async list (): Promise<Category[]> {
-    const { rows } = await withDatabase(async () => await this.pool.query<CategoryRow>({
-      name: 'categories-list',
-      text: 'SELECT id, name, description FROM categories ORDER BY id'
-    }))
-    return rows.map(toCategory)
+  /**
+   * Every category in id order, handed to `onChunk` in chunks of at most
+   * `chunkRows`, all from one snapshot: a list of any length never exists as
+   * objects all at once (the caller serializes each chunk and drops it). A
+   * list that fits in one chunk, the usual case, costs one prepared statement;
+   * a longer one is read again through a cursor in a read-only transaction.
+   */
+  async listInChunks (onChunk: (categories: Category[]) => void, chunkRows = LIST_CHUNK_ROWS): Promise<void> {
+    await withDatabase(async () => {
+      const { rows } = await this.pool.query<CategoryRow>({ name: 'categories-list-head', text: `${LIST} LIMIT $1`, values: [chunkRows + 1] })
+      if (rows.length <= chunkRows) {
+        if (rows.length > 0) onChunk(rows.map(toCategory))
+        return
+      }
+      const client = await this.pool.connect()
+      try {
+        await client.query('BEGIN READ ONLY')
+        await client.query(`DECLARE categories_list NO SCROLL CURSOR FOR ${LIST}`)
+        const fetch = `FETCH FORWARD ${chunkRows} FROM categories_list`
+        for (let chunk = await client.query<CategoryRow>(fetch); chunk.rows.length > 0; chunk = await client.query<CategoryRow>(fetch)) {
+          onChunk(chunk.rows.map(toCategory))
+          if (chunk.rows.length < chunkRows) break
+        }
+        await client.query('COMMIT')
+      } catch (err) {
+        // The connection is in an unknown state (an open transaction, a half-read cursor): it is closed, not reused.
+        client.release(err as Error)
+        throw err
+      }
+      client.release()
+    })
   }
 
   async get (id: bigint): Promise<Category | undefined> {

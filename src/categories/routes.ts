@@ -62,9 +62,8 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
     const location = (category: Category): string => `/v1/categories/${category.id}`
     const key = request.headers['idempotency-key']
     if (key === undefined) {
+      // Committed, and already in this instance's list (the batcher told the list cache before answering).
       const category = await creates.create(request.body)
-      // Committed: the next list read on this instance must see it, whatever the change feed is doing.
-      listCache.invalidate()
       return await reply.code(201).header('location', location(category)).send(category)
     }
 
@@ -85,10 +84,12 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
         return { result: { category, body }, response: { status: 201, body, location: location(category) } }
       })
     } catch (err) {
+      listCache.createFailed()
       await idempotency.release(owner, key, claim.token).catch(() => {})
       throw err
     }
-    listCache.invalidate()
+    // Committed: the next list read on this instance must see it, whatever the change feed is doing.
+    listCache.created([created.category])
     return await reply.code(201).header('location', location(created.category)).header('content-type', 'application/json; charset=utf-8').send(created.body as never)
   })
 

@@ -15,6 +15,7 @@ export interface PoolOptions {
   statementTimeoutMs: number
   /** Queries allowed to wait for a connection when every connection is busy; beyond that, fail at once. */
   maxWaiting?: number
+  /** How the pool's sessions are named in pg_stat_activity, and in the change notifications their writes cause (see categories/change-feed.ts). */
   applicationName?: string
 }
 
