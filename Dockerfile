@@ -41,4 +41,6 @@ STOPSIGNAL SIGTERM
 # node runs as PID 1 on purpose: the app installs its own SIGTERM/SIGINT handlers
 # (close-with-grace), so the signal is not ignored, and it spawns no children to reap.
 # `docker run --init` / compose `init: true` also works if a reaper is wanted.
-CMD ["node", "dist/server.js"]
+# The flags are npm start's (package.json), checked equal by test/start-command.test.ts;
+# docs/performance.md says why the young generation is capped.
+CMD ["node", "--max-semi-space-size=4", "dist/server.js"]

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { freePort, startEmbeddedPostgres } from '../src/db/embedded.js'
 import type { LoadMessage, LoadResult, LoadSpec } from './load.js'
+import { serviceNodeFlags } from './start-command.js'
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url))
 export const API_KEY = 'bench-key-0123456789abcdef'
@@ -124,7 +125,7 @@ async function waitUntilServing (url: string, child: ChildProcess, logFile: stri
   throw new Error(`server did not answer within 60 s; see ${logFile}`)
 }
 
-/** The service as production runs it; naive and ceiling through tsx. */
+/** The service as production runs it (npm start's flags); naive and ceiling through tsx. */
 export async function startServer (kind: ServerKind, options: ServerOptions): Promise<RunningServer> {
   const port = await freePort()
   const url = `http://127.0.0.1:${port}`
@@ -143,7 +144,7 @@ export async function startServer (kind: ServerKind, options: ServerOptions): Pr
   // For looking inside, e.g. BENCH_SERVICE_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof'; never set for published results.
   const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(/\s+/).filter(arg => arg !== '')
   const args = kind === 'service'
-    ? [...nodeArgs, 'dist/server.js']
+    ? [...serviceNodeFlags(), ...nodeArgs, 'dist/server.js']
     : ['--import', 'tsx', `bench/${kind}.ts`]
   const childEnv: NodeJS.ProcessEnv = kind === 'service'
     // Production mode; no metrics listener; no drain pause on SIGTERM (it only slows the benchmark's teardown).

@@ -49,10 +49,13 @@ function writePids () {
   fs.writeFileSync(pidFile, instances.filter((x) => x.child).map((x) => x.child.pid).join('\n') + '\n')
 }
 
+// The flags npm start runs the service with (package.json: "node <flags> dist/server.js").
+const startFlags = JSON.parse(fs.readFileSync('package.json', 'utf8')).scripts.start.trim().split(/\s+/).slice(1, -1)
+
 function startInstance (inst) {
   inst.starts++
   const out = fs.openSync(path.join(workDir, `instance-${inst.index}.log`), 'a')
-  inst.child = spawn(process.execPath, ['dist/server.js'], {
+  inst.child = spawn(process.execPath, [...startFlags, 'dist/server.js'], {
     stdio: ['ignore', out, out],
     env: {
       ...env,
