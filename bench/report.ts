@@ -2,6 +2,7 @@
 import { execFileSync } from 'node:child_process'
 import os from 'node:os'
 import { ROOT } from './servers.js'
+import { benchServiceNodeArgs } from './start-command.js'
 import { judge, MEMORY_LIMIT_BYTES, ratio, SCENARIOS, TARGETS, type Measurement, type ScenarioId, type Verdict } from './scenarios.js'
 
 export interface RunInfo {
@@ -61,7 +62,7 @@ export function markdownReport (results: Measurement[], notes: string[], info: R
     `- load average (1, 5, 15 min) before the run ${info.loadBefore.map(l => l.toFixed(2)).join(' ')}, after ${info.loadAfter.map(l => l.toFixed(2)).join(' ')} (other work on the machine makes every number noisier)`,
     `- node ${process.version}; PostgreSQL ${info.postgresVersion} (${info.postgresSource}); everything on 127.0.0.1`,
     `- service built from ${info.builtFrom}`,
-    `- service: \`node dist/server.js\`, NODE_ENV=production, LOG_LEVEL=${info.settings.logLevel}, METRICS_PORT=0; naive: Fastify default logging at LOG_LEVEL=${info.settings.logLevel}; ceiling: no logging`,
+    `- service: \`${['node', ...benchServiceNodeArgs(), 'dist/server.js'].join(' ')}\`, NODE_ENV=production, LOG_LEVEL=${info.settings.logLevel}, METRICS_PORT=0; naive: Fastify default logging at LOG_LEVEL=${info.settings.logLevel}; ceiling: no logging`,
     '',
     '## Targets (issue 4)',
     '',

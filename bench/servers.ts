@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { freePort, startEmbeddedPostgres } from '../src/db/embedded.js'
 import type { LoadMessage, LoadResult, LoadSpec } from './load.js'
-import { serviceNodeFlags } from './start-command.js'
+import { benchServiceNodeArgs } from './start-command.js'
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url))
 export const API_KEY = 'bench-key-0123456789abcdef'
@@ -141,10 +141,8 @@ export async function startServer (kind: ServerKind, options: ServerOptions): Pr
     ...(process.env.DB_POOL_MAX === undefined ? {} : { DB_POOL_MAX: process.env.DB_POOL_MAX }),
     ...(options.databaseUrl === undefined ? {} : { DATABASE_URL: options.databaseUrl })
   }
-  // For looking inside, e.g. BENCH_SERVICE_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof'; never set for published results.
-  const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(/\s+/).filter(arg => arg !== '')
   const args = kind === 'service'
-    ? [...serviceNodeFlags(), ...nodeArgs, 'dist/server.js']
+    ? [...benchServiceNodeArgs(), 'dist/server.js']
     : ['--import', 'tsx', `bench/${kind}.ts`]
   const childEnv: NodeJS.ProcessEnv = kind === 'service'
     // Production mode; no metrics listener; no drain pause on SIGTERM (it only slows the benchmark's teardown).

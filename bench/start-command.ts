@@ -14,3 +14,8 @@ export function serviceNodeFlags (): string[] {
   if (words[0] !== 'node' || words[words.length - 1] !== 'dist/server.js') throw new Error(`package.json start is not "node <flags> dist/server.js": ${start}`)
   return words.slice(1, -1)
 }
+
+/** What the bench runs the service with: npm start's flags, then BENCH_SERVICE_NODE_ARGS (for looking inside; never for published results). */
+export function benchServiceNodeArgs (): string[] {
+  return [...serviceNodeFlags(), ...(process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(/\s+/).filter(arg => arg !== '')]
+}
