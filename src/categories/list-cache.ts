@@ -26,7 +26,7 @@ const COMMA = 0x2c // ,
 const CLOSE = 0x5d // ]
 
 /** The smallest buffer a list is written into. */
-const MIN_PART_BYTES = 64 * 1024
+const MIN_PART_BYTES = 8 * 1024
 
 /**
  * A list body built from chunks of rows, each serialized by the route's own
