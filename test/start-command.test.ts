@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { serviceNodeFlags } from '../bench/start-command.js'
+import { benchServiceNodeArgs, nodeFlagsOf, serviceNodeFlags } from '../bench/start-command.js'
 
 // npm start, the container image and the benchmark must run the service alike (docs/performance.md, memory).
 t.test('the image runs node with the flags of npm start', async t => {
@@ -9,4 +9,11 @@ t.test('the image runs node with the flags of npm start', async t => {
   const cmd = /^CMD (\[.*\])$/m.exec(readFileSync('Dockerfile', 'utf8'))
   t.ok(cmd, 'the Dockerfile has an exec-form CMD')
   t.same(JSON.parse(cmd?.[1] ?? '[]'), ['node', ...flags, 'dist/server.js'])
+})
+
+t.test('the bench adds its own flags after them, and refuses a start script of another shape', async t => {
+  t.same(benchServiceNodeArgs(' --cpu-prof  --cpu-prof-dir=/tmp/p '), [...serviceNodeFlags(), '--cpu-prof', '--cpu-prof-dir=/tmp/p'])
+  t.same(benchServiceNodeArgs(''), serviceNodeFlags())
+  t.same(nodeFlagsOf('node dist/server.js'), [])
+  t.throws(() => nodeFlagsOf('tsx src/server.ts'), /package.json start is not/)
 })
