@@ -3,7 +3,7 @@ import pg from 'pg'
 import t from 'tap'
 import { CategoryRepository } from '../src/categories/repository.js'
 import { createPool } from '../src/db/pool.js'
-import { testApp, AUTH, json } from './helpers/app.js'
+import { testApp, AUTH, json, metric } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
 const db = await testDatabase(t)
@@ -40,7 +40,7 @@ t.test('a failed batch fails every request in it with an Error body, and leaves 
   await locker.connect()
   t.teardown(async () => { await locker.end() })
   // The list is cached before the failure (the change feed is up once a first read was served from the cache).
-  const reads = async (source: string): Promise<number> => ((await app.metrics.getSingleMetric('categories_list_reads_total')?.get())?.values ?? []).find(v => v.labels.source === source)?.value ?? 0
+  const reads = async (source: string): Promise<number> => await metric(app, 'categories_list_reads_total', { source })
   const deadline = Date.now() + 10000
   const cacheReads = await reads('cache')
   while (await reads('cache') === cacheReads && Date.now() < deadline) await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })

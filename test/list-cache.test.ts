@@ -9,7 +9,7 @@ import { CategoryListCache, ifNoneMatchHits } from '../src/categories/list-cache
 import { CategoryRepository } from '../src/categories/repository.js'
 import type { Category } from '../src/categories/schemas.js'
 import { createPool } from '../src/db/pool.js'
-import { testApp, AUTH, json } from './helpers/app.js'
+import { testApp, AUTH, json, metric } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
 const db = await testDatabase(t)
@@ -18,13 +18,6 @@ const { app: b } = await testApp(t, db.url)
 const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
 t.teardown(async () => { await admin.end() })
-
-async function metric (app: FastifyInstance | Registry, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const registry = app instanceof Registry ? app : app.metrics
-  const values = (await registry.getSingleMetric(name)?.get())?.values ?? []
-  const found = values.find(v => Object.entries(labels).every(([k, l]) => v.labels[k] === l))
-  return found?.value ?? 0
-}
 
 async function until (what: string, check: () => Promise<boolean>, timeoutMs = 10000): Promise<void> {
   const deadline = Date.now() + timeoutMs

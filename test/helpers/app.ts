@@ -1,5 +1,6 @@
 import { Writable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
+import { Registry } from 'prom-client'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 
@@ -35,4 +36,11 @@ export async function testApp (t: Teardown, databaseUrl: string, env: Record<str
 
 export function json (body: unknown): { headers: Record<string, string>, payload: string } {
   return { headers: { ...AUTH, 'content-type': 'application/json' }, payload: JSON.stringify(body) }
+}
+
+/** A metric's value (the series with these labels) from an app's registry, or from a registry of its own; 0 when absent. */
+export async function metric (from: FastifyInstance | Registry, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const registry = from instanceof Registry ? from : from.metrics
+  const values = (await registry.getSingleMetric(name)?.get())?.values ?? []
+  return values.find(v => Object.entries(labels).every(([k, l]) => v.labels[k] === l))?.value ?? 0
 }
