@@ -21,6 +21,6 @@ try {
   await writeFile(output, res.body)
   await app.close()
 } finally {
-  await embedded?.stop()
+  await embedded?.destroy()
   if (dir !== undefined) await rm(dir, { recursive: true, force: true })
 }

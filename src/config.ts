@@ -1,11 +1,13 @@
 import { createHash } from 'node:crypto'
 import { Type, type Static } from '@sinclair/typebox'
 import envSchema from 'env-schema'
+import { StartupError } from './startup-error.js'
 
 /** Every environment variable the service reads, with its default. The README's table mirrors this. */
 const EnvSchema = Type.Object({
   NODE_ENV: Type.String({ default: 'development' }),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  DATABASE_DIRECT_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
   HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
   API_KEYS: Type.Optional(Type.String()),
@@ -17,6 +19,7 @@ const EnvSchema = Type.Object({
   DB_POOL_MAX: Type.Integer({ minimum: 1, maximum: 1000, default: 10 }),
   DB_CONNECTION_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 60000, default: 2000 }),
   DB_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 5000 }),
+  DB_PREPARED_STATEMENTS: Type.Boolean({ default: false }),
   BODY_LIMIT_BYTES: Type.Integer({ minimum: 1, maximum: 104857600, default: 65536 }),
   REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 30000 }),
   KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 72000 }),
@@ -26,6 +29,8 @@ const EnvSchema = Type.Object({
   RATE_LIMIT_AUTH_FAILURES: Type.Integer({ minimum: 1, maximum: 1000000, default: 20 }),
   RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, maximum: 86400000, default: 60000 }),
   RATE_LIMIT_PER_KEY_PER_MINUTE: Type.Integer({ minimum: 0, maximum: 100000000, default: 0 }),
+  REDIS_URL: Type.Optional(Type.String()),
+  REDIS_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 10000, default: 100 }),
   SHUTDOWN_DRAIN_MS: Type.Optional(Type.Integer({ minimum: 0, maximum: 600000 })),
   SHUTDOWN_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 10000 }),
   METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9464 }),
@@ -38,6 +43,11 @@ export interface Config {
   production: boolean
   /** Unset outside production means: start the embedded PostgreSQL. */
   databaseUrl: string | undefined
+  /**
+   * The same database without a transaction pooler in between (Prisma's directUrl):
+   * the change feed LISTENs and migrations run there. Unset: DATABASE_URL.
+   */
+  databaseDirectUrl: string | undefined
   port: number
   host: string
   /** SHA-256 digests of every accepted API key; empty outside production means: create a development key. */
@@ -47,7 +57,8 @@ export interface Config {
   petsSunset: string | undefined
   trustProxy: boolean | string
   dataDir: string
-  db: { poolMax: number, connectionTimeoutMs: number, statementTimeoutMs: number, maxWaiting: number }
+  /** preparedStatements: only where every connection keeps its session (direct, session pooling): see db/pool-client.ts. */
+  db: { poolMax: number, connectionTimeoutMs: number, statementTimeoutMs: number, maxWaiting: number, preparedStatements: boolean }
   bodyLimitBytes: number
   requestTimeoutMs: number
   keepAliveTimeoutMs: number
@@ -56,11 +67,13 @@ export interface Config {
   maxHeaderBytes: number
   /** authFailures per windowMs per client address; perKeyPerMinute 0 means no per-key limit. */
   rateLimit: { authFailures: number, windowMs: number, perKeyPerMinute: number }
+  /** When set, both rate limits count in this Redis, shared by every instance; timeoutMs bounds each wait for it. */
+  redis: { url: string, timeoutMs: number } | undefined
   shutdown: { drainMs: number, timeoutMs: number }
   metrics: { port: number, host: string }
 }
 
-export class ConfigError extends Error {
+export class ConfigError extends StartupError {
   constructor (message: string) {
     super(message)
     this.name = 'ConfigError'
@@ -81,11 +94,27 @@ function list (name: string, value: string | undefined): string[] {
   return items
 }
 
+/**
+ * The example configuration ships placeholder values starting with "change-me": a key
+ * that starts so (or the digest of a shipped one) was never replaced, and is refused.
+ */
+const PLACEHOLDER_PREFIX = 'change-me'
+const PLACEHOLDER_DIGESTS = new Set(['change-me', 'change-me-api-key'].map(key => sha256(key).toString('hex')))
+const REPLACE_HINT = 'replace it with a real key (for example the output of: openssl rand -hex 32)'
+
 function apiKeyDigests (env: Env): Buffer[] {
-  const plain = list('API_KEYS', env.API_KEYS).map(sha256)
-  const hashed = list('API_KEY_SHA256', env.API_KEY_SHA256).map(hex => {
+  const plain = list('API_KEYS', env.API_KEYS).map((key, i) => {
+    if (key.toLowerCase().startsWith(PLACEHOLDER_PREFIX)) {
+      throw new ConfigError(`API_KEYS entry ${i + 1} is a placeholder (it starts with "${PLACEHOLDER_PREFIX}"); ${REPLACE_HINT}`)
+    }
+    return sha256(key)
+  })
+  const hashed = list('API_KEY_SHA256', env.API_KEY_SHA256).map((hex, i) => {
     if (!/^[0-9a-fA-F]{64}$/.test(hex)) {
       throw new ConfigError('API_KEY_SHA256 entries must be 64 hexadecimal characters (a SHA-256 digest)')
+    }
+    if (PLACEHOLDER_DIGESTS.has(hex.toLowerCase())) {
+      throw new ConfigError(`API_KEY_SHA256 entry ${i + 1} is the digest of a placeholder key from the example configuration; ${REPLACE_HINT}, and use its digest`)
     }
     return Buffer.from(hex, 'hex')
   })
@@ -106,6 +135,19 @@ function trustProxy (value: boolean | string): boolean | string {
   if (value === 'true') return true
   if (value === 'false') return false
   return value // an address list or CIDR, as Fastify's trustProxy accepts
+}
+
+/** The URL is checked here but never quoted: it may hold a password. */
+function redisConfig (env: Env): Config['redis'] {
+  if (env.REDIS_URL === undefined) return undefined
+  let url: URL | undefined
+  try {
+    url = new URL(env.REDIS_URL)
+  } catch {}
+  if (url === undefined || !['redis:', 'rediss:'].includes(url.protocol) || url.hostname === '') {
+    throw new ConfigError('REDIS_URL must be redis://[user:password@]host[:port][/db] (or rediss:// for TLS)')
+  }
+  return { url: env.REDIS_URL, timeoutMs: env.REDIS_TIMEOUT_MS }
 }
 
 /** Parses the environment once; a bad value throws a ConfigError naming the variable. */
@@ -130,9 +172,13 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): Config {
       throw new ConfigError(`NODE_ENV=production requires ${missing.join(' and ')} to be set`)
     }
   }
+  if (env.DATABASE_DIRECT_URL !== undefined && env.DATABASE_URL === undefined) {
+    throw new ConfigError('DATABASE_DIRECT_URL is set without DATABASE_URL; set DATABASE_URL too (the pool always uses it)')
+  }
   return {
     production,
     databaseUrl: env.DATABASE_URL,
+    databaseDirectUrl: env.DATABASE_DIRECT_URL,
     port: env.PORT,
     host: env.HOST,
     apiKeyDigests: digests,
@@ -144,7 +190,8 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): Config {
       poolMax: env.DB_POOL_MAX,
       connectionTimeoutMs: env.DB_CONNECTION_TIMEOUT_MS,
       statementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS,
-      maxWaiting: env.DB_POOL_MAX_WAITING
+      maxWaiting: env.DB_POOL_MAX_WAITING,
+      preparedStatements: env.DB_PREPARED_STATEMENTS
     },
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     requestTimeoutMs: env.REQUEST_TIMEOUT_MS,
@@ -156,6 +203,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): Config {
       windowMs: env.RATE_LIMIT_WINDOW_MS,
       perKeyPerMinute: env.RATE_LIMIT_PER_KEY_PER_MINUTE
     },
+    redis: redisConfig(env),
     shutdown: {
       drainMs: env.SHUTDOWN_DRAIN_MS ?? (production ? 5000 : 0),
       timeoutMs: env.SHUTDOWN_TIMEOUT_MS

@@ -1,60 +1,108 @@
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
+import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.js'
-import { ConfigError, loadConfig, sha256, type Config } from './config.js'
-import { startEmbeddedPostgres, type EmbeddedDatabase } from './db/embedded.js'
+import { loadConfig, sha256, type Config } from './config.js'
+import { lockDataDir } from './db/data-dir-lock.js'
+import { startEmbeddedPostgres } from './db/embedded.js'
 import { readOrCreateSecret } from './dev-secrets.js'
 import { startMetricsServer } from './http/metrics.js'
+import { checkDatabase, checkPortFree, describeBuildError, describeListenError } from './startup-checks.js'
+import { reportStartupFailure } from './startup-error.js'
 
-async function main (): Promise<void> {
-  let config: Config
-  try {
-    config = loadConfig()
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      console.error(`petstore: ${err.message}`)
-      process.exit(1)
-    }
-    throw err
-  }
+/**
+ * The process: configuration, then the fast checks (data directory lock, ports),
+ * then the slow steps (embedded database, migrations), then listen. Any failure on
+ * the way is one line on stderr and exit code 1; what was started is stopped first.
+ */
+interface Started {
+  app: FastifyInstance | undefined
+  /** How to stop what has been started, in start order (run in reverse). */
+  undo: Array<() => Promise<unknown>>
+}
 
-  let embedded: EmbeddedDatabase | undefined
+async function start (config: Config, started: Started): Promise<void> {
+  const { undo } = started
+  const debug = config.logLevel === 'debug' || config.logLevel === 'trace'
+  const dataDir = path.resolve(config.dataDir)
+  // The embedded database belongs to one process at a time: a second start is refused before it touches anything.
+  const lock = config.databaseUrl === undefined ? await lockDataDir(dataDir, `http://${config.host}:${config.port}`) : undefined
+  if (lock !== undefined) undo.push(lock.release)
+  await checkPortFree('PORT', config.host, config.port)
+  await checkPortFree('METRICS_PORT', config.metrics.host, config.metrics.port)
+
   let databaseUrl = config.databaseUrl
   if (databaseUrl === undefined) {
-    console.log(`petstore: DATABASE_URL is not set; starting the embedded PostgreSQL (data in ${path.resolve(config.dataDir, 'postgres')})`)
-    embedded = await startEmbeddedPostgres({ dir: config.dataDir })
+    console.log(`petstore: DATABASE_URL is not set; starting the embedded PostgreSQL (data in ${dataDir})`)
+    const embedded = await startEmbeddedPostgres({ dir: dataDir, lock, log: debug ? line => { process.stderr.write(`postgres: ${line}\n`) } : undefined })
+    undo.push(embedded.stop)
     databaseUrl = embedded.url
+  } else {
+    await checkDatabase(databaseUrl)
   }
   // Outside production with no key configured: one random key, created once and kept under the data directory.
-  const devKeyFile = path.join(config.dataDir, 'dev-api-key')
+  const devKeyFile = path.join(dataDir, 'dev-api-key')
   let devKey: { value: string, created: boolean } | undefined
   if (config.apiKeyDigests.length === 0) {
     devKey = await readOrCreateSecret(devKeyFile, 'dev_')
     config.apiKeyDigests = [sha256(devKey.value)]
   }
 
-  const app = await buildApp({ ...config, databaseUrl })
+  const url = databaseUrl
+  const app = await buildApp({ ...config, databaseUrl: url }).catch((err: unknown) => { throw describeBuildError(err, url) })
+  undo.push(async () => { await app.close() })
   const metrics = await startMetricsServer(app.metrics, config.metrics)
-
-  closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, logger: { error: (m: string) => { app.log.error(m) } } },
-    async ({ signal, err }) => {
-      if (err !== undefined) app.log.error({ err }, 'fatal error, shutting down')
-      else app.log.info({ signal, drainMs: config.shutdown.drainMs }, 'shutting down: readiness is now 503, draining')
-      // Keep serving while the balancer notices the failing readiness check, then close.
-      app.lifecycle.shuttingDown = true
-      if (err === undefined) await sleep(config.shutdown.drainMs)
-      await app.close()
-      metrics?.close()
-      await embedded?.stop()
-      app.log.info('shutdown complete')
-    })
-
+    .catch((err: unknown) => { throw describeListenError(err, 'METRICS_PORT', config.metrics.host, config.metrics.port) })
+  undo.push(async () => { metrics?.close() })
   await app.listen({ port: config.port, host: config.host })
+    .catch((err: unknown) => { throw describeListenError(err, 'PORT', config.host, config.port) })
+  started.app = app
   if (devKey !== undefined) {
     const shown = `${devKey.created ? 'created a development API key' : 'development API key'} (kept in ${devKeyFile})`
     console.log(`\npetstore: ${shown}:\n\n    ${devKey.value}\n\n  try: curl -H 'Authorization: Bearer ${devKey.value}' http://${config.host}:${config.port}/v1/categories\n`)
   }
 }
 
-await main()
+async function undoAll (started: Started, onError: (err: unknown) => void = () => {}): Promise<void> {
+  const steps = started.undo.reverse()
+  started.undo = []
+  for (const step of steps) await step().catch(onError)
+}
+
+let config: Config
+try {
+  config = loadConfig()
+} catch (err) {
+  reportStartupFailure(err, process.env.LOG_LEVEL)
+  process.exit(1)
+}
+const started: Started = { app: undefined, undo: [] }
+const log = { error: (m: string) => { if (started.app !== undefined) started.app.log.error(m); else console.error(`petstore: ${m}`) } }
+closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, logger: log }, async ({ signal, err }) => {
+  const { app } = started
+  if (app === undefined) {
+    // Interrupted while starting (a signal, an uncaught error): stop what was started, nothing to drain.
+    if (err !== undefined) reportStartupFailure(err, config.logLevel)
+    await undoAll(started)
+    return
+  }
+  if (err !== undefined) app.log.error({ err }, 'fatal error, shutting down')
+  else app.log.info({ signal, drainMs: config.shutdown.drainMs }, 'shutting down: readiness is now 503, draining')
+  // Keep serving while the balancer notices the failing readiness check, then close.
+  app.lifecycle.shuttingDown = true
+  if (err === undefined) await sleep(config.shutdown.drainMs)
+  // metrics, app, embedded database, lock: the reverse of the order they were started in.
+  let failed = false
+  await undoAll(started, (err) => { failed = true; app.log.error({ err }, 'shutdown step failed') })
+  // close-with-grace exits 1 when the handler throws.
+  if (failed) throw new Error('shutdown incomplete: a step failed (see above)')
+  app.log.info('shutdown complete')
+})
+try {
+  await start(config, started)
+} catch (err) {
+  reportStartupFailure(err, config.logLevel)
+  await undoAll(started)
+  process.exit(1)
+}

@@ -1,40 +1,16 @@
-import { spawn, type ChildProcess } from 'node:child_process'
-import { once } from 'node:events'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { request as httpRequest, Agent } from 'node:http'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { freePort } from '../src/db/embedded.js'
 import { testDatabase } from './helpers/database.js'
+import { startServer } from './helpers/server-process.js'
 
 /*
  * The real process, as `npm start` and the container run it: real sockets,
  * real signals, real exit codes.
  */
-
-interface Server { child: ChildProcess, port: number, output: () => string, exited: Promise<number | null> }
-
-async function startServer (env: Record<string, string>): Promise<Server> {
-  const port = await freePort()
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', PORT: String(port), METRICS_PORT: '0', LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let output = ''
-  child.stdout?.on('data', (d: Buffer) => { output += d.toString() })
-  child.stderr?.on('data', (d: Buffer) => { output += d.toString() })
-  const exited = once(child, 'exit').then(([code]) => code as number | null)
-  t.teardown(() => { if (child.exitCode === null) child.kill('SIGKILL') })
-  const deadline = Date.now() + 60000
-  while (!output.includes('Server listening')) {
-    if (child.exitCode !== null) break
-    if (Date.now() > deadline) throw new Error(`server did not start:\n${output}`)
-    await sleep(50)
-  }
-  return { child, port, output: () => output, exited }
-}
 
 function get (port: number, urlPath: string, agent?: Agent, headers: Record<string, string> = {}): Promise<{ status: number, headers: Record<string, unknown>, body: string }> {
   return new Promise((resolve, reject) => {
@@ -48,9 +24,12 @@ function get (port: number, urlPath: string, agent?: Agent, headers: Record<stri
   })
 }
 
+// Each process starts from an empty database of its own, on one server for the file.
+t.setTimeout(240000)
+const db = await testDatabase(t)
+
 t.test('SIGTERM: ready turns 503 at once, serving continues through the drain with Connection: close, then exit 0 despite a keep-alive client', async t => {
-  const db = await testDatabase(t)
-  const server = await startServer({ DATABASE_URL: db.url, API_KEYS: 'k', SHUTDOWN_DRAIN_MS: '1500' })
+  const server = await startServer(t, { DATABASE_URL: await db.createDatabase(), API_KEYS: 'k', SHUTDOWN_DRAIN_MS: '1500' })
   const agent = new Agent({ keepAlive: true, maxSockets: 1 })
   t.teardown(() => { agent.destroy() })
   const auth = { authorization: 'Bearer k' }
@@ -71,7 +50,7 @@ t.test('SIGTERM: ready turns 503 at once, serving continues through the drain wi
   await sleep(100)
   const signalledAt = Date.now()
   server.child.kill('SIGTERM')
-  await sleep(200)
+  t.ok(await server.waitFor('readiness is now 503'), 'the signal was handled')
   const ready = await get(server.port, '/health/ready')
   t.equal(ready.status, 503, 'ready is 503 during the drain')
   t.equal(JSON.parse(ready.body).code, 'SERVICE_UNAVAILABLE')
@@ -88,10 +67,9 @@ t.test('SIGTERM: ready turns 503 at once, serving continues through the drain wi
 })
 
 t.test('a second signal exits at once', async t => {
-  const db = await testDatabase(t)
-  const server = await startServer({ DATABASE_URL: db.url, API_KEYS: 'k', SHUTDOWN_DRAIN_MS: '30000' })
+  const server = await startServer(t, { DATABASE_URL: await db.createDatabase(), API_KEYS: 'k', SHUTDOWN_DRAIN_MS: '30000' })
   server.child.kill('SIGTERM')
-  await sleep(300)
+  t.ok(await server.waitFor('readiness is now 503'), 'the first signal was handled')
   const signalledAt = Date.now()
   server.child.kill('SIGTERM')
   const code = await server.exited
@@ -100,10 +78,10 @@ t.test('a second signal exits at once', async t => {
 })
 
 t.test('production without configuration refuses to start, naming what is missing', async t => {
-  const server = await startServer({ NODE_ENV: 'production' })
+  const server = await startServer(t, { NODE_ENV: 'production' }, { listening: false })
   t.equal(await server.exited, 1)
   t.match(server.output(), /NODE_ENV=production requires DATABASE_URL and API_KEYS or API_KEY_SHA256/)
-  const partial = await startServer({ NODE_ENV: 'production', DATABASE_URL: 'postgres://127.0.0.1:1/x' })
+  const partial = await startServer(t, { NODE_ENV: 'production', DATABASE_URL: 'postgres://127.0.0.1:1/x' }, { listening: false })
   t.equal(await partial.exited, 1)
   t.match(partial.output(), /requires API_KEYS or API_KEY_SHA256/)
 })
@@ -111,9 +89,9 @@ t.test('production without configuration refuses to start, naming what is missin
 t.test('no configuration at all (npm start on a bare machine): embedded PostgreSQL, a printed development key, data kept across restarts', async t => {
   const dataDir = await mkdtemp(path.join(tmpdir(), 'petstore-data-'))
   t.teardown(async () => { await rm(dataDir, { recursive: true, force: true }) })
-  const first = await startServer({ DATA_DIR: dataDir })
+  const first = await startServer(t, { DATA_DIR: dataDir })
   const key = (await readFile(path.join(dataDir, 'dev-api-key'), 'utf8')).trim()
-  t.match(first.output(), key, 'the key is printed')
+  t.ok(await first.waitFor(key), 'the key is printed')
   t.match(first.output(), /created a development API key/)
   const created = await new Promise<number>((resolve, reject) => {
     const req = httpRequest({ host: '127.0.0.1', port: first.port, path: '/v1/categories', method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } }, res => { res.resume(); resolve(res.statusCode ?? 0) })
@@ -124,9 +102,9 @@ t.test('no configuration at all (npm start on a bare machine): embedded PostgreS
   first.child.kill('SIGTERM')
   t.equal(await first.exited, 0)
 
-  const second = await startServer({ DATA_DIR: dataDir })
-  t.notMatch(second.output(), /created a development API key/, 'the key is created once')
-  t.match(second.output(), key, 'and printed at every start')
+  const second = await startServer(t, { DATA_DIR: dataDir })
+  t.ok(await second.waitFor(key), 'and printed at every start')
+  t.notMatch(second.output(), /created a development API key/, 'the key is created once (the line that prints it has been read)')
   const list = await get(second.port, '/v1/categories', undefined, { authorization: `Bearer ${key}` })
   t.equal(list.status, 200)
   t.same(JSON.parse(list.body).map((c: { name: string }) => c.name), ['kept'], 'data survived the restart')

@@ -2,7 +2,7 @@ import { Type, type Static } from '@sinclair/typebox'
 import { ref } from '../http/shared-schemas.js'
 
 /*
- * The text rules of contract section 3, as JSON Schema patterns. Ajv compiles
+ * The text rules of NewCategory (docs/api.md), as JSON Schema patterns. Ajv compiles
  * patterns with the `u` flag, so \p{Cs} matches exactly the lone surrogates
  * (a valid pair is one astral code point) and lengths count code points.
  */

@@ -1,0 +1,124 @@
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import t from 'tap'
+import { isAlive, lockDataDir } from '../src/db/data-dir-lock.js'
+import { freePort } from '../src/db/embedded.js'
+import { startServer, type ServerProcess } from './helpers/server-process.js'
+
+/*
+ * One data directory, one petstore process: a second start on it is refused and
+ * leaves the first alone; a postgres is stopped only when the petstore process that
+ * started it is gone (an orphan).
+ */
+
+t.setTimeout(240000)
+
+async function dataDir (): Promise<string> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'petstore-owner-'))
+  t.teardown(async () => { await rm(dir, { recursive: true, force: true }) })
+  return dir
+}
+
+async function lockOf (dir: string): Promise<{ pid: number, postgresPid: number }> {
+  return JSON.parse(await readFile(path.join(dir, 'petstore.lock'), 'utf8'))
+}
+
+async function keyOf (dir: string): Promise<string> {
+  return (await readFile(path.join(dir, 'dev-api-key'), 'utf8')).trim()
+}
+
+async function request (server: ServerProcess, key: string, method = 'GET', body?: unknown): Promise<{ status: number, body: unknown }> {
+  const res = await fetch(`http://127.0.0.1:${server.port}/v1/categories`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body)
+  })
+  return { status: res.status, body: await res.json() }
+}
+
+function stackFree (output: string): boolean {
+  return !/\n\s+at .+:\d+/.test(output)
+}
+
+t.test('a second start on the same DATA_DIR (another PORT, the same METRICS_PORT) refuses in one line; the first keeps serving', async t => {
+  const dir = await dataDir()
+  const metricsPort = String(await freePort())
+  const first = await startServer(t, { DATA_DIR: dir, METRICS_PORT: metricsPort })
+  const key = await keyOf(dir)
+  const started = Date.now()
+  const second = await startServer(t, { DATA_DIR: dir, METRICS_PORT: metricsPort }, { listening: false })
+  t.equal(await second.exited, 1, 'the second exits with 1')
+  t.ok(Date.now() - started < 15000, `within seconds (${Date.now() - started} ms)`)
+  const refusal = second.output().split('\n').filter(line => line.startsWith('petstore:'))
+  t.equal(refusal.length, 1, `one line: ${second.output()}`)
+  t.match(refusal[0], `DATA_DIR ${dir} is in use by another petstore process (pid ${first.child.pid}, http://127.0.0.1:${first.port})`)
+  t.ok(stackFree(second.output()), 'no stack trace')
+  t.notMatch(second.output(), /9464|METRICS_PORT/, 'not a metrics-port failure')
+
+  t.equal((await request(first, key)).status, 200, 'the first still answers')
+  t.equal((await fetch(`http://127.0.0.1:${first.port}/health/ready`)).status, 200, 'and is still ready')
+  t.equal((await lockOf(dir)).pid, first.child.pid, 'the lock still names the first')
+  first.child.kill('SIGTERM')
+  t.equal(await first.exited, 0)
+})
+
+t.test('a postgres left by a SIGKILLed start is an orphan: the next start stops it and serves the same data', async t => {
+  const dir = await dataDir()
+  const first = await startServer(t, { DATA_DIR: dir })
+  const key = await keyOf(dir)
+  t.equal((await request(first, key, 'POST', { name: 'kept' })).status, 201)
+  const { postgresPid } = await lockOf(dir)
+  first.child.kill('SIGKILL')
+  await first.exited
+  t.ok(isAlive(postgresPid), `its postgres (pid ${postgresPid}) outlived it`)
+
+  const second = await startServer(t, { DATA_DIR: dir })
+  t.notOk(isAlive(postgresPid), 'the orphan was stopped')
+  const list = await request(second, key)
+  t.same((list.body as Array<{ name: string }>).map(c => c.name), ['kept'], 'the data is intact')
+  second.child.kill('SIGTERM')
+  t.equal(await second.exited, 0)
+})
+
+t.test('a postgres that no petstore lock names is not ours to stop: the start refuses, naming its pid', async t => {
+  const dir = await dataDir()
+  const first = await startServer(t, { DATA_DIR: dir })
+  const { postgresPid } = await lockOf(dir)
+  first.child.kill('SIGKILL')
+  await first.exited
+  t.teardown(async () => {
+    if (!isAlive(postgresPid)) return
+    process.kill(postgresPid, 'SIGINT')
+    while (isAlive(postgresPid)) await sleep(100)
+  })
+  await rm(path.join(dir, 'petstore.lock'))
+
+  const second = await startServer(t, { DATA_DIR: dir }, { listening: false })
+  t.equal(await second.exited, 1)
+  t.match(second.output(), new RegExp(`petstore: an embedded PostgreSQL \\(pid ${postgresPid}\\) already runs on ${dir}/postgres and no petstore process owns it; stop it \\(kill ${postgresPid}\\)`))
+  t.ok(stackFree(second.output()), 'no stack trace')
+  t.ok(isAlive(postgresPid), 'it was left running')
+})
+
+t.test('the lock: refused while its owner lives, taken over once it is gone or its pid was reused', async t => {
+  const dir = await dataDir()
+  const lock = await lockDataDir(dir, 'http://127.0.0.1:1')
+  await t.rejects(lockDataDir(dir), { name: 'StartupError', message: `DATA_DIR ${dir} is in use by another petstore process (pid ${process.pid}, http://127.0.0.1:1)` })
+  await lock.release()
+  const again = await lockDataDir(dir)
+  t.equal(again.previous, undefined, 'a released lock leaves nothing behind')
+  await again.release()
+
+  // pid 1 is alive, but was not started when this lock says: the pid was reused after the owner died.
+  await writeFile(path.join(dir, 'petstore.lock'), JSON.stringify({ pid: 1, startTime: 'long ago', postgresPid: 12345 }))
+  const afterReuse = await lockDataDir(dir)
+  t.same(afterReuse.previous, { pid: 1, startTime: 'long ago', postgresPid: 12345 }, 'the stale owner is reported, for the orphan check')
+  await afterReuse.release()
+
+  await writeFile(path.join(dir, 'petstore.lock'), 'not json')
+  const afterGarbage = await lockDataDir(dir)
+  t.equal(afterGarbage.previous, undefined, 'an unreadable lock names no owner')
+  await afterGarbage.release()
+})
