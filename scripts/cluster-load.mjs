@@ -8,12 +8,18 @@
 // It passes only if no request failed, every id answered 201 is in the final list with its
 // name, no row exists that no client sent, and all ids are unique. Exit 0 on pass, 1 on fail.
 //
+// With REDIS_PORT it also starts a redis-server there (REDIS_URL of every instance), checks
+// that the instances share one failed-authentication limit (a burst of 20 failures spread over
+// them by HAProxy, then the 21st refused by each), and, under the same load after the rolling
+// restart, stops Redis for a few seconds and starts it again: no request may fail meanwhile.
+//
 // Environment: LB_URL, STATS_URL, DATABASE_URL, API_KEY, INSTANCE_PORTS (comma list),
 // METRICS_PORTS (comma list, or empty for none), WORK_DIR (logs and pid file),
 // WRITERS (20), READERS (4), MIN_CREATES (2000), CREATE_RATE (per second, all writers: 300),
-// SHUTDOWN_DRAIN_MS (2000).
+// SHUTDOWN_DRAIN_MS (2000), REDIS_PORT (unset: no Redis), REDIS_OUTAGE_MS (3000).
 import http from 'node:http'
 import fs from 'node:fs'
+import net from 'node:net'
 import path from 'node:path'
 import process from 'node:process'
 import { spawn } from 'node:child_process'
@@ -33,6 +39,8 @@ const readers = Number(env.READERS ?? 4)
 const minCreates = Number(env.MIN_CREATES ?? 2000)
 const createRate = Number(env.CREATE_RATE ?? 300)
 const drainMs = env.SHUTDOWN_DRAIN_MS ?? '2000'
+const redisPort = Number(env.REDIS_PORT ?? 0)
+const redisOutageMs = Number(env.REDIS_OUTAGE_MS ?? 3000)
 const runId = `cl${Date.now().toString(36)}`
 if (!apiKey || !databaseUrl) {
   console.error('cluster-load: API_KEY and DATABASE_URL are required')
@@ -46,7 +54,8 @@ const instances = ports.map((port, i) => ({ index: i + 1, port, metricsPort: met
 const pidFile = path.join(workDir, 'instance.pids')
 
 function writePids () {
-  fs.writeFileSync(pidFile, instances.filter((x) => x.child).map((x) => x.child.pid).join('\n') + '\n')
+  const children = [...instances.map((x) => x.child), redis.child].filter(Boolean)
+  fs.writeFileSync(pidFile, children.map((child) => child.pid).join('\n') + '\n')
 }
 
 // The flags npm start runs the service with (package.json: "node <flags> dist/server.js").
@@ -68,12 +77,43 @@ function startInstance (inst) {
       API_KEYS: apiKey,
       SHUTDOWN_DRAIN_MS: drainMs,
       LOG_LEVEL: env.INSTANCE_LOG_LEVEL ?? 'warn',
-      TRUST_PROXY: 'true'
+      TRUST_PROXY: 'true',
+      ...(redisPort ? { REDIS_URL: `redis://127.0.0.1:${redisPort}` } : {})
     }
   })
   fs.closeSync(out)
   inst.exited = new Promise((resolve) => inst.child.once('exit', (code, signal) => resolve({ code, signal })))
   writePids()
+}
+
+// ---------- Redis (shared rate limits) ----------
+const redis = { child: null, exited: null, starts: 0 }
+
+function startRedis () {
+  redis.starts++
+  const out = fs.openSync(path.join(workDir, 'redis.log'), 'a')
+  redis.child = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', workDir], { stdio: ['ignore', out, out] })
+  fs.closeSync(out)
+  redis.exited = new Promise((resolve) => redis.child.once('exit', resolve))
+  writePids()
+}
+
+async function stopRedis () {
+  redis.child.kill('SIGTERM')
+  await redis.exited
+  redis.child = null
+  writePids()
+}
+
+/** PING over a raw connection: +PONG once Redis accepts commands. */
+function redisAnswers () {
+  return new Promise((resolve) => {
+    const socket = net.connect(redisPort, '127.0.0.1', () => socket.write('PING\r\n'))
+    socket.setTimeout(1000, () => socket.destroy())
+    socket.on('data', (d) => { resolve(d.toString().startsWith('+PONG')); socket.destroy() })
+    socket.on('error', () => resolve(false))
+    socket.on('close', () => resolve(false))
+  })
 }
 
 /** One HTTP exchange: the whole body as text, or an error (a timeout destroys the request). */
@@ -226,6 +266,65 @@ async function reader (r) {
   agent.destroy()
 }
 
+// ---------- shared limits ----------
+const limitChecks = []
+
+/** The value of a metric without labels on an instance's metrics listener. */
+async function instanceMetric (inst, name) {
+  const res = await get(`http://127.0.0.1:${inst.metricsPort}/metrics`, { timeout: 2000 })
+  const line = res.body.split('\n').find((l) => l.startsWith(`${name} `))
+  return line === undefined ? undefined : Number(line.split(' ')[1])
+}
+
+/**
+ * 20 failed authentications from one client address (X-Forwarded-For, which the instances
+ * trust) through HAProxy, which spreads them over every instance; then the 21st attempt, and
+ * even a valid key, must be 429 at each instance. Per-instance counters would allow 60.
+ */
+async function sharedLimitBurst (address) {
+  const before = await haproxyStatus()
+  const bad = { authorization: 'Bearer not-a-key', 'x-forwarded-for': address }
+  const statuses = []
+  for (let i = 0; i < 20; i++) statuses.push((await get(new URL('/v1/categories', lb), { headers: bad })).status)
+  const after = await haproxyStatus()
+  const spread = instances.map((inst) => {
+    const count = (rows) => Number(rows.find((r) => r.pxname === 'api' && r.svname === `s${inst.index}`)?.stot ?? 0)
+    return count(after) - count(before)
+  })
+  const refused = []
+  for (const inst of instances) {
+    const direct = new URL('/v1/categories', `http://127.0.0.1:${inst.port}`)
+    refused.push((await get(direct, { headers: bad })).status)
+    refused.push((await get(direct, { headers: { authorization: `Bearer ${apiKey}`, 'x-forwarded-for': address } })).status)
+  }
+  const check = { address, first20: statuses.filter((s) => s === 401).length, spreadOverInstances: spread, thenAtEachInstance: refused }
+  limitChecks.push(check)
+  log(`shared limit from ${address}: ${check.first20} of 20 were 401 (spread ${spread.join('/')}), then ${refused.join(',')} at the instances`)
+  if (check.first20 !== 20) failure('shared limit', `only ${check.first20} of the first 20 failed attempts from ${address} were 401`)
+  if (!refused.every((s) => s === 429)) failure('shared limit', `after 20 failures from ${address} the instances answered ${refused.join(',')}, not 429`)
+  if (spread.some((n) => n === 0)) failure('shared limit', `HAProxy did not spread the burst over every instance: ${spread.join('/')}`)
+}
+
+/** Stops Redis under load, waits, starts it again; the load must see no failure, every instance must come back to Redis. */
+const outage = {}
+async function redisOutage () {
+  log(`Redis: SIGTERM, ${redisOutageMs} ms without it`)
+  const failuresBefore = stats.failures.length
+  await stopRedis()
+  await sleep(redisOutageMs)
+  outage.metricWhileDown = await Promise.all(instances.map((inst) => instanceMetric(inst, 'rate_limit_redis_up')))
+  startRedis()
+  const t0 = performance.now()
+  await waitFor('redis-server to answer again', redisAnswers, 10_000)
+  await waitFor('every instance back on Redis', async () =>
+    (await Promise.all(instances.map((inst) => instanceMetric(inst, 'rate_limit_redis_up')))).every((v) => v === 1), 15_000)
+  outage.backOnRedisAfterMs = Math.round(performance.now() - t0)
+  outage.fallbacks = await Promise.all(instances.map((inst) => instanceMetric(inst, 'rate_limit_redis_fallbacks_total')))
+  outage.failuresDuringOutage = stats.failures.length - failuresBefore
+  log(`Redis back; every instance counting in it again after ${outage.backOnRedisAfterMs} ms (fallbacks ${outage.fallbacks.join('/')})`)
+  if (!outage.metricWhileDown.every((v) => v === 0)) failure('redis outage', `rate_limit_redis_up while Redis was down: ${outage.metricWhileDown.join(',')}`)
+}
+
 // ---------- rolling restart ----------
 const restarts = []
 async function rollingRestart () {
@@ -266,17 +365,28 @@ async function shutdownAll () {
   }))
 }
 
-process.on('SIGTERM', () => { shutdownAll().finally(() => process.exit(1)) })
-process.on('SIGINT', () => { shutdownAll().finally(() => process.exit(1)) })
+async function shutdownAllAndRedis () {
+  await shutdownAll()
+  if (redis.child) await stopRedis()
+}
+
+process.on('SIGTERM', () => { shutdownAllAndRedis().finally(() => process.exit(1)) })
+process.on('SIGINT', () => { shutdownAllAndRedis().finally(() => process.exit(1)) })
 
 // ---------- main ----------
 let pass = false
 const t0 = performance.now()
 try {
+  if (redisPort) {
+    startRedis()
+    await waitFor('redis-server to answer', redisAnswers, 10_000)
+    log(`redis-server on 127.0.0.1:${redisPort}`)
+  }
   for (const inst of instances) startInstance(inst)
   await Promise.all(instances.map(waitReady))
   await Promise.all(instances.map(waitUp))
   log(`${instances.length} instances ready and UP behind HAProxy at ${lb.origin}`)
+  if (redisPort) await sharedLimitBurst('192.0.2.21')
 
   const loadStart = performance.now()
   const load = [
@@ -285,11 +395,13 @@ try {
   ]
   await sleep(1000) // traffic flowing before the first restart
   await rollingRestart()
+  if (redisPort) await redisOutage()
   await sleep(1000) // and after the last one
   run.stop = true
   await Promise.all(load)
   const loadSeconds = (performance.now() - loadStart) / 1000
   log('load stopped; checking the final state')
+  if (redisPort) await sharedLimitBurst('192.0.2.22') // after the restarts of every instance and of Redis
 
   // Final list through the balancer, and the table itself.
   const final = await get(new URL('/v1/categories', lb), { headers: { authorization: `Bearer ${apiKey}` }, timeout: 30_000 })
@@ -326,7 +438,8 @@ try {
     createsPerSecond: Math.round(stats.created.size / loadSeconds),
     postLatencyMs: { p50: Math.round(percentile(stats.postLatencies, 50)), p99: Math.round(percentile(stats.postLatencies, 99)), max: Math.round(percentile(stats.postLatencies, 100)) },
     listLatencyMs: { p50: Math.round(percentile(stats.listLatencies, 50)), p99: Math.round(percentile(stats.listLatencies, 99)), max: Math.round(percentile(stats.listLatencies, 100)) },
-    restarts
+    restarts,
+    ...(redisPort ? { sharedLimit: limitChecks, redisOutage: outage } : {})
   }
   try {
     const rows = await haproxyStatus()
@@ -354,12 +467,16 @@ try {
   console.log(`  lists missing a create acknowledged >= ${consistencyMs} ms before: ${figures.listsMissingACreateOlderThan100ms} of ${figures.listsOk}`)
   console.log(`  final list rows / table rows:  ${figures.finalListRows} / ${figures.tableRows}`)
   console.log(`  instance exits after SIGTERM:  ${restarts.map((r) => `#${r.instance} code ${r.exitCode} in ${r.exitedAfterMs} ms`).join(', ')}`)
+  if (redisPort) {
+    console.log(`  shared failed-auth limit:      ${limitChecks.map((c) => `${c.first20}x401 over ${c.spreadOverInstances.join('/')}, then ${c.thenAtEachInstance.join(',')}`).join('; ')}`)
+    console.log(`  Redis stopped ${redisOutageMs} ms under load: ${outage.failuresDuringOutage} failed requests meanwhile; every instance back on Redis ${outage.backOnRedisAfterMs} ms after its restart`)
+  }
 } catch (err) {
   console.error(`cluster-load: ${err.stack ?? err}`)
   run.stop = true
   run.aborted = true
 } finally {
-  await shutdownAll()
+  await shutdownAllAndRedis()
   try { fs.unlinkSync(pidFile) } catch {}
 }
 console.log(`\n== test:cluster ${pass ? 'PASSED' : 'FAILED'} (driver ${((performance.now() - t0) / 1000).toFixed(1)} s)`)

@@ -4,7 +4,9 @@
 # database, while clients create and list categories and every instance is restarted in turn
 # (a rolling deploy). Passes only if no client saw a failed request, every id answered 201 is
 # in the final list, no row exists that no client sent, and all ids are unique.
-# The load and the restarts are driven by scripts/cluster-load.mjs.
+# The instances share a redis-server (REDIS_URL): a burst of failed authentications spread over
+# them must hit one limit, and Redis is stopped and started again under the same load.
+# The load, the restarts and Redis are driven by scripts/cluster-load.mjs.
 #
 # Environment (all optional):
 #   DATABASE_URL      server to create the test database on (default: the machine's
@@ -13,6 +15,8 @@
 #   SKIP_BUILD=1      use the existing dist/ instead of running `npm run build`
 #   LB_PORT=3100      HAProxy frontend; instances use LB_PORT+1..3, stats LB_PORT+99,
 #                     metrics listeners LB_PORT+6401..6403
+#   REDIS_PORT        the test's own redis-server (default: a free port picked at run time)
+#   REDIS_OUTAGE_MS=3000  how long Redis stays stopped under load
 #   WRITERS=20 READERS=4 MIN_CREATES=2000 CREATE_RATE=300 SHUTDOWN_DRAIN_MS=2000
 #   KEEP_LOGS=1       keep the work directory (instance and HAProxy logs) after the run
 set -euo pipefail
@@ -56,6 +60,15 @@ if ! command -v haproxy >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
 fi
 haproxy -v | sed -n 1p
+
+echo "== Redis"
+if ! command -v redis-server >/dev/null; then
+  echo "installing redis-server from Debian's packages"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
+redis-server --version
+redis_port=${REDIS_PORT:-$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")}
 
 echo "== database"
 ADMIN_DATABASE_URL=${DATABASE_URL:-} fresh_database "petstore_cluster_$$" "${EMBEDDED_PG_PORT:-55432}" || exit 1
@@ -113,14 +126,14 @@ haproxy_pid=$!
 echo "== rolling restart under load"
 LB_URL="http://127.0.0.1:$lb_port" STATS_URL="http://127.0.0.1:$stats_port/stats;csv" \
 DATABASE_URL="$db_url" API_KEY="$api_key" INSTANCE_PORTS="$ports" METRICS_PORTS="$metrics_ports" \
-WORK_DIR="$work" SHUTDOWN_DRAIN_MS="${SHUTDOWN_DRAIN_MS:-2000}" \
+WORK_DIR="$work" SHUTDOWN_DRAIN_MS="${SHUTDOWN_DRAIN_MS:-2000}" REDIS_PORT="$redis_port" \
   node scripts/cluster-load.mjs &
 driver_pid=$!
 rc=0
 wait "$driver_pid" || rc=$?
 driver_pid=''
 if [ "$rc" != 0 ]; then
-  for f in "$work"/instance-*.log "$work/haproxy.log"; do
+  for f in "$work"/instance-*.log "$work/haproxy.log" "$work/redis.log"; do
     [ -s "$f" ] && { echo "--- $(basename "$f") (last lines)"; tail -15 "$f"; }
   done
 fi

@@ -1,6 +1,7 @@
 import t, { type Test } from 'tap'
-import { AUTH, OTHER_KEY, TEST_KEY, testApp } from './helpers/app.js'
+import { AUTH, OTHER_KEY, TEST_KEY, metric, testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
+import { freePort } from './helpers/redis.js'
 
 const db = await testDatabase(t)
 const BAD = { authorization: 'Bearer not-a-valid-key' }
@@ -105,4 +106,23 @@ t.test('the per-key limit, when set, counts each key separately by its hash', as
   const other = await app.inject({ method: 'GET', url: '/v1/categories', headers: { authorization: `bearer ${OTHER_KEY}` } })
   t.equal(other.statusCode, 200, 'another key has its own budget')
   t.notOk(logs.lines.some(line => line.includes(TEST_KEY)), 'the key never appears in a log line')
+})
+
+t.test('REDIS_URL where nothing answers: the service starts, serves, and keeps per-instance limits (no redis-server needed)', async t => {
+  // Connections are refused, as when Redis is down.
+  const port = await freePort()
+  const started = performance.now()
+  const { app, logs } = await testApp(t, db.url, { REDIS_URL: `redis://user:hunter2@127.0.0.1:${port}/0`, RATE_LIMIT_AUTH_FAILURES: '3', LOG_LEVEL: 'info' })
+  t.ok(performance.now() - started < 30000, 'the start does not wait for Redis')
+  const from = { remoteAddress: '192.0.2.60' }
+  t.equal((await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH, ...from })).statusCode, 200, 'a valid key is served')
+  for (let i = 0; i < 3; i++) t.equal((await app.inject({ method: 'GET', url: '/v1/categories', headers: BAD, ...from })).statusCode, 401)
+  assertRateLimited(t, await app.inject({ method: 'GET', url: '/v1/categories', headers: BAD, ...from }), 'auth-failures')
+  t.equal(await metric(app, 'rate_limit_redis_up'), 0, 'the gauge says Redis is not in use')
+  t.ok(await metric(app, 'rate_limit_redis_fallbacks_total') >= 5, 'every check fell back')
+  const warning = logs.lines.find(line => line.includes('rate limits count per instance'))
+  t.match(warning, /"level":40/, 'one warning')
+  t.match(warning, new RegExp(`"redis":"127\\.0\\.0\\.1:${port}"`), 'naming the address')
+  t.equal(logs.lines.filter(line => line.includes('rate limits count per instance')).length, 1, 'once, not once a request')
+  t.notOk(logs.lines.some(line => line.includes('hunter2')), 'never the password')
 })

@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer'
 import type { FastifyInstance } from 'fastify'
-import { errorForStatus, malformedJson } from './errors.js'
+import { errorForStatus, malformedJson, validationFailed } from './errors.js'
+import { interoperabilityProblem } from './interoperable-json.js'
 
 const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)"?/i
 
@@ -8,6 +9,7 @@ const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)"?/i
  * The only body parser: application/json in UTF-8. Fastify's own parser decodes
  * invalid UTF-8 to U+FFFD silently; the contract wants a 400 instead, so the
  * body is read as bytes and checked before JSON.parse. Other media types: 415.
+ * JSON that other parsers would read differently (duplicate names...) is a 400.
  */
 export function registerJsonBodyParser (app: FastifyInstance): void {
   app.removeAllContentTypeParsers()
@@ -25,14 +27,16 @@ export function registerJsonBodyParser (app: FastifyInstance): void {
       done(malformedJson('request body is not valid UTF-8'), undefined)
       return
     }
+    const text = body.toString('utf8')
     let value: unknown
     try {
       // JSON.parse makes "__proto__" an own member (schema validation rejects it), never a prototype.
-      value = JSON.parse(body.toString('utf8'))
+      value = JSON.parse(text)
     } catch {
       done(malformedJson('request body is not valid JSON'), undefined)
       return
     }
-    done(null, value)
+    const problem = interoperabilityProblem(text)
+    done(problem === undefined ? null : validationFailed(problem), problem === undefined ? value : undefined)
   })
 }

@@ -1,9 +1,12 @@
-import rateLimit, { normalizeIP } from '@fastify/rate-limit'
+import { createHmac } from 'node:crypto'
+import rateLimit, { normalizeIP, type FastifyRateLimitStoreCtor } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import type { Registry } from 'prom-client'
 import { sha256 } from '../config.js'
 import { isProtectedPath, keyMatcher } from './auth.js'
 import { ApiError } from './errors.js'
+import { SharedRateLimitStore } from './rate-limit-store.js'
 
 export interface RateLimitOptions {
   /** SHA-256 digests of the accepted API keys (the same set auth.ts checks). */
@@ -13,10 +16,22 @@ export interface RateLimitOptions {
   windowMs: number
   /** Requests per API key per minute; 0 turns the per-key limit off. */
   perKeyPerMinute: number
+  /** Count in this Redis, shared by every instance; per instance when undefined. */
+  redis: { url: string, timeoutMs: number } | undefined
+  /** Where the Redis store's metrics go. */
+  registry: Registry
 }
 
 const BEARER = 'bearer '
 const MINUTE = 60000
+
+/**
+ * The per-key limit's name for a key: an HMAC of its SHA-256, never the key nor
+ * the digest itself, which API_KEY_SHA256 would accept from whoever reads Redis.
+ */
+function perKeyName (digest: Buffer): string {
+  return createHmac('sha256', digest).update('petstore per-key rate limit').digest('hex')
+}
 
 /** The token exactly as @fastify/bearer-auth (rfc6749 mode) reads it, or undefined without a bearer scheme. */
 function bearerToken (request: FastifyRequest): string | undefined {
@@ -44,7 +59,8 @@ function tooManyRequests (message: string, policy: string, state: LimitState): A
 }
 
 /**
- * Two limits, counted in @fastify/rate-limit's store (in memory, per instance):
+ * Two limits, counted in @fastify/rate-limit's store: per instance in memory, or
+ * with REDIS_URL in Redis, shared by every instance (rate-limit-store.ts):
  *
  * - failed authentication per client address (request.ip, so TRUST_PROXY
  *   decides whether X-Forwarded-For is believed). A request without a valid key
@@ -52,12 +68,20 @@ function tooManyRequests (message: string, policy: string, state: LimitState): A
  *   of parallel guesses cannot slip past the limit; once the address is over
  *   it, every request under /v1 from it gets 429, even one with a valid key,
  *   until the window ends.
- * - optionally, requests per API key, keyed by the key's SHA-256 (never the key).
+ * - optionally, requests per API key, keyed by perKeyName (never the key).
  *
  * The hook must run before auth's, so app.ts registers this plugin first.
  */
 async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Promise<void> {
-  await app.register(rateLimit, { global: false })
+  let store: FastifyRateLimitStoreCtor | undefined
+  if (options.redis !== undefined) {
+    const shared = new SharedRateLimitStore({ ...options.redis, log: app.log, registry: options.registry })
+    await shared.connect()
+    app.addHook('onClose', async () => { await shared.close() })
+    // The plugin constructs its store itself; a constructor that returns an object yields that object.
+    store = function sharedStore () { return shared } as unknown as FastifyRateLimitStoreCtor
+  }
+  await app.register(rateLimit, { global: false, ...(store === undefined ? {} : { store }) })
   const matchKey = keyMatcher(options.digests)
 
   const authFailures = app.createRateLimit({
@@ -69,7 +93,7 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     ? app.createRateLimit({
       max: options.perKeyPerMinute,
       timeWindow: MINUTE,
-      keyGenerator: (request) => `api-key:${(request.apiKeyDigest ?? sha256(bearerToken(request) ?? '')).toString('hex')}`
+      keyGenerator: (request) => `per-key:${perKeyName(request.apiKeyDigest ?? sha256(bearerToken(request) ?? ''))}`
     })
     : undefined
 

@@ -1,0 +1,118 @@
+/**
+ * Request bodies must read the same in every JSON parser (RFC 7493, I-JSON, where
+ * it matters): JSON.parse silently keeps the last of two equal member names, turns
+ * 1e400 into Infinity and 2^53+1 into 2^53, and accepts nesting that other
+ * parsers refuse. A proxy, a WAF or an audit log in front of us could then see
+ * another value than the one we store. docs/hardening.md has each decision.
+ */
+
+declare global {
+  // ES2024, in Node.js since 20.0; the project's TypeScript lib is ES2023.
+  interface String { isWellFormed: () => boolean }
+}
+
+/** Deeper nesting is refused: far below the limits of common parsers (Ruby's 100, Python's recursion limit). */
+export const MAX_JSON_DEPTH = 32
+
+interface Frame {
+  /** Member names seen so far (objects only; created at the first name). */
+  names: Set<string> | undefined
+  isObject: boolean
+  /** Objects: the next string is a member name. */
+  expectName: boolean
+  /** Where the current value sits: its member name (objects) or index (arrays). */
+  at: string | number
+}
+
+const QUOTE = 34
+const BACKSLASH = 92
+/** Up to 15 digits, no exponent: always an exactly held safe integer or a plain decimal. */
+const SHORT_NUMBER = 15
+
+/** Index of the quote that closes the string whose content starts at `from`. */
+function stringEnd (text: string, from: number): number {
+  let quote = text.indexOf('"', from)
+  for (;;) {
+    let backslashes = 0
+    while (text.charCodeAt(quote - 1 - backslashes) === BACKSLASH) backslashes++
+    if (backslashes % 2 === 0) return quote
+    quote = text.indexOf('"', quote + 1)
+  }
+}
+
+/**
+ * Beyond ±(2^53-1) a double holds integers only, and not all of them (I-JSON,
+ * RFC 7493 section 2.2); a non-zero literal that reads as 0 has underflowed.
+ * Fractions within range round as in every double-based parser.
+ */
+function beyondDouble (token: string): boolean {
+  const value = Number(token)
+  if (value === 0) return /[1-9]/.test(token.split(/[eE]/)[0] ?? '')
+  return !(Math.abs(value) <= Number.MAX_SAFE_INTEGER)
+}
+
+function describe (frames: Frame[], last?: string): string {
+  const segments = frames.map(frame => String(frame.at))
+  if (last !== undefined) segments[segments.length - 1] = last
+  // JSON escapes make control characters and lone surrogates readable; long paths are cut.
+  const path = JSON.stringify(segments.join('.')).slice(1, -1)
+  return path.length > 120 ? `${path.slice(0, 120)}…` : path
+}
+
+/**
+ * The first rule a body breaks, as a 400 message, or undefined. `text` must
+ * already be valid JSON (JSON.parse accepted it): the scan trusts its syntax.
+ */
+export function interoperabilityProblem (text: string): string | undefined {
+  const frames: Frame[] = []
+  let top: Frame | undefined
+  const length = text.length
+  for (let i = 0; i < length; i++) {
+    const c = text.charCodeAt(i)
+    if (c === QUOTE) {
+      const end = stringEnd(text, i + 1)
+      if (top?.expectName === true) {
+        let name = text.slice(i + 1, end)
+        if (name.includes('\\')) {
+          // Names are compared as decoded: "n\u0061me" is "name". Only an escape can make a lone surrogate (the bytes are valid UTF-8).
+          name = JSON.parse(text.slice(i, end + 1)) as string
+          if (!name.isWellFormed()) return `request body has a member name with a lone surrogate: '${describe(frames, name)}'`
+        }
+        if (top.names === undefined) {
+          top.names = new Set()
+        } else if (top.names.has(name)) {
+          return `request body has a duplicate member '${describe(frames, name)}'`
+        }
+        top.names.add(name)
+        top.at = name
+        top.expectName = false
+      }
+      i = end
+    } else if (c === 123 || c === 91) { // { [
+      if (frames.length === MAX_JSON_DEPTH) return `request body is nested deeper than ${MAX_JSON_DEPTH} levels`
+      top = { names: undefined, isObject: c === 123, expectName: c === 123, at: 0 }
+      frames.push(top)
+    } else if (c === 125 || c === 93) { // } ]
+      frames.pop()
+      top = frames[frames.length - 1]
+    } else if (c === 44) { // ,
+      if (top === undefined) continue
+      if (top.isObject) top.expectName = true
+      else top.at = (top.at as number) + 1
+    } else if (c === 45 || (c >= 48 && c <= 57)) { // - 0-9
+      let end = i + 1
+      let exponent = false
+      for (; end < length; end++) {
+        const d = text.charCodeAt(end)
+        if (d === 101 || d === 69) exponent = true // e E
+        else if (!((d >= 48 && d <= 57) || d === 46 || d === 43 || d === 45)) break // 0-9 . + -
+      }
+      if ((exponent || end - i > SHORT_NUMBER) && beyondDouble(text.slice(i, end))) {
+        const subject = frames.length === 0 ? 'request body' : `'${describe(frames)}'`
+        return `${subject} is a number beyond what an IEEE 754 double holds exactly`
+      }
+      i = end - 1
+    }
+  }
+  return undefined
+}
