@@ -67,6 +67,19 @@ t.test('every response carries a request id; a sane X-Request-Id from the balanc
   t.equal(kept.headers['x-request-id'], 'lb-1234')
   const insane = await app.inject({ method: 'GET', url: '/v1/categories', headers: { ...AUTH, 'x-request-id': 'x'.repeat(300) } })
   t.not(insane.headers['x-request-id'], 'x'.repeat(300), 'an oversized id is replaced')
+  // The 401 of the auth hook, a validation 400, a 404 after auth, a 405 and a 304 without a body: each has its id too.
+  const etag = String(kept.headers.etag)
+  const others = [
+    { method: 'GET', url: '/v1/categories' },
+    { method: 'POST', url: '/v1/categories', headers: { ...AUTH, 'content-type': 'application/json' }, payload: '{"name":1}' },
+    { method: 'GET', url: '/v1/nope', headers: AUTH },
+    { method: 'DELETE', url: '/v1/categories', headers: AUTH },
+    { method: 'GET', url: '/v1/categories', headers: { ...AUTH, 'if-none-match': etag } }
+  ] as const
+  for (const [i, request] of others.entries()) {
+    const res = await app.inject({ ...request, headers: { ...('headers' in request ? request.headers : {}), 'x-request-id': `other-${i}` } })
+    t.equal(res.headers['x-request-id'], `other-${i}`, `${request.method} ${request.url} answered ${res.statusCode} with its request id`)
+  }
 })
 
 t.test('a bug is a 500 with a generic message, no internals', async t => {

@@ -76,10 +76,10 @@ t.test('while the first request runs, the same key is 409 with Retry-After; then
   await blocker.query('BEGIN')
   await blocker.query('LOCK TABLE categories IN EXCLUSIVE MODE')
   const first = create({ name: 'slow' }, 'key-3')
-  // Wait until the first request holds its claim (it is then blocked on the table lock).
+  // Wait until the first request holds the key (its INSERT then waits for the table lock).
   for (let i = 0; i < 100; i++) {
-    const { rows } = await admin.query("SELECT state FROM idempotency_keys WHERE idempotency_key = 'key-3'")
-    if (rows[0]?.state === 'running') break
+    const { rows } = await admin.query("SELECT 1 FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND wait_event_type = 'Lock'")
+    if (rows.length > 0) break
     await new Promise(resolve => setTimeout(resolve, 20))
   }
   const second = await create({ name: 'slow' }, 'key-3')
@@ -130,7 +130,7 @@ t.test('two identical requests racing on two instances create one row', async t 
   }
 })
 
-t.test('records expire after 24 hours; a holder that died can be taken over; cleanup deletes expired records', async t => {
+t.test('records expire after 24 hours; an earlier version\'s claim whose holder died can be taken over; cleanup deletes expired records', async t => {
   const owner = createHash('sha256').update(TEST_KEY).digest()
   // An expired record no longer binds the key.
   t.equal((await create({ name: 'old' }, 'key-5')).statusCode, 201)

@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import pg from 'pg'
 import { Registry } from 'prom-client'
 import t from 'tap'
-import { LISTENER_APPLICATION_NAME } from '../src/categories/change-feed.js'
+import { LISTENER_APPLICATION_NAME, notifyThrough } from '../src/categories/change-feed.js'
 import { CategoryListCache, ifNoneMatchHits } from '../src/categories/list-cache.js'
 import { CategoryRepository } from '../src/categories/repository.js'
 import type { Category } from '../src/categories/schemas.js'
@@ -207,7 +207,7 @@ t.test('the list cache on its own: own rows with a refresh in flight, and the bo
       if (held !== undefined) { held.read(); await held.release }
     }
   }
-  const cache = new CategoryListCache(heldRepository, { connectionString: db.url, ownWriterName: writerName, log: { warn () {}, info () {} }, registry, maxPendingRows: 3 })
+  const cache = new CategoryListCache(heldRepository, { connectionString: db.url, notify: notifyThrough(pool), ownWriterName: writerName, log: { warn () {}, info () {} }, registry, maxPendingRows: 3 })
   cache.start()
   t.teardown(async () => { await cache.close(); await pool.end() })
   await until('the cache listens', async () => cache.listening)
@@ -240,6 +240,48 @@ t.test('the list cache on its own: own rows with a refresh in flight, and the bo
     t.equal(await reads(registry, 'refresh'), refreshes + 1, 'four rows (over the bound of three) made a rebuild')
     t.equal((await cache.read(serialize)).etag, sha1Tag(await expectedBody()), 'the list is the table\'s')
   })
+})
+
+t.test('a feed that cannot prove it hears never serves from the cache, warns once naming the setting to fix, and then tries less often', async t => {
+  const pool = createPool({ connectionString: db.url, max: 2, connectionTimeoutMs: 2000, statementTimeoutMs: 5000 }, () => {})
+  t.teardown(async () => { await pool.end() })
+  const repository = new CategoryRepository(pool)
+  const serialize = (rows: Category[]): string => `[${rows.map(categoryJson).join(',')}]`
+  // As behind a transaction pooler: LISTEN succeeds, and what the pool notifies never arrives (here: it goes to another channel).
+  const deaf = async (_channel: string, payload: string): Promise<void> => { await pool.query('SELECT pg_notify($1, $2)', ['elsewhere', payload]) }
+  // And a pool that cannot send at all.
+  const mute = async (): Promise<void> => { throw new Error('the pool is gone') }
+  const cases = [
+    { label: 'deaf', notify: deaf, warnings: [/did not hear its own notification within 150 ms.*set DATABASE_DIRECT_URL/, /heard nothing on 3 connections in a row; it tries again less often/] },
+    { label: 'mute', notify: mute, warnings: [/could not send its probe notification/] }
+  ]
+  for (const { label, notify, warnings: expected } of cases) {
+    const warnings: Array<{ msg: string, retryInMs?: number }> = []
+    const registry = new Registry()
+    const cache = new CategoryListCache(repository, {
+      connectionString: db.url,
+      notify,
+      registry,
+      probeTimeoutMs: 150,
+      minBackoffMs: 20,
+      maxBackoffMs: 50,
+      deafRetryMs: 400,
+      log: { warn (obj: { retryInMs?: number }, msg: string) { warnings.push({ msg, retryInMs: obj.retryInMs }) }, info () {} }
+    })
+    cache.start()
+    t.teardown(async () => { await cache.close() })
+    await until(`the ${label} feed has missed five probes`, async () => await metric(registry, 'categories_change_feed_probes_missed') >= 5)
+    t.notOk(cache.listening, `${label}: the feed does not claim to hear`)
+    t.equal(await metric(registry, 'categories_change_feed_listening'), 0)
+    const id = (await repository.insertBatch([{ name: `written while ${label}` }]))[0]?.id
+    for (let i = 0; i < 3; i++) t.ok(JSON.parse((await cache.read(serialize)).body.toString('utf8')).some((c: { id: number }) => BigInt(c.id) === id), `${label}: every read has the new row`)
+    t.equal(await reads(registry, 'database'), 3, `${label}: all three reads went to the database`)
+    t.equal(await reads(registry, 'cache'), 0)
+    t.equal(warnings.length, expected.length, `${label}: ${expected.length} warning(s), not one per probe`)
+    expected.forEach((pattern, i) => { t.match(warnings[i]?.msg, pattern) })
+    if (label === 'deaf') t.equal(warnings[1]?.retryInMs, 400, 'after three deaf connections the feed waits deafRetryMs between tries')
+    t.equal(await metric(registry, 'categories_change_feed_connection_info', { connection: 'DATABASE_URL' }), 1, 'the metrics say which connection the feed uses')
+  }
 })
 
 t.test('a list longer than one chunk (1000 rows) is read in chunks and comes out byte for byte the same', async t => {

@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import pg from 'pg'
 import t, { type Test } from 'tap'
-import { AUTH, TEST_KEY, testApp } from './helpers/app.js'
+import { AUTH, TEST_KEY, listeningApp, testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
 /*
@@ -49,18 +49,10 @@ async function assertHealthy (t: Test, app: FastifyInstance): Promise<void> {
   t.equal(res.statusCode, 200, 'GET /health/ready is 200 afterwards')
 }
 
-async function listening (t: Test, env: Record<string, string> = {}): Promise<{ app: FastifyInstance, port: number }> {
-  const { app } = await testApp(t, db.url, env)
-  await app.listen({ port: 0, host: '127.0.0.1' })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('no port')
-  return { app, port: address.port }
-}
-
 const post = (headers: string): string => `POST /v1/categories HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${TEST_KEY}\r\nContent-Type: application/json\r\n${headers}\r\n`
 
 t.test('body limit: 64 KiB by default, 413 Error body however the size is announced', async t => {
-  const { app, port } = await listening(t)
+  const { app, port } = await listeningApp(t, db.url)
   const big = JSON.stringify({ name: 'big', description: 'x'.repeat(70000) })
 
   const injected = await app.inject({ method: 'POST', url: '/v1/categories', headers: { ...AUTH, 'content-type': 'application/json' }, payload: big })
@@ -100,7 +92,7 @@ t.test('BODY_LIMIT_BYTES sets the limit', async t => {
 })
 
 t.test('header size: 431 Error body over MAX_HEADER_BYTES (16 KiB by default)', async t => {
-  const { app, port } = await listening(t)
+  const { app, port } = await listeningApp(t, db.url)
   const res = await raw(port, [`GET /health/live HTTP/1.1\r\nHost: localhost\r\nX-Filler: ${'a'.repeat(20000)}\r\n\r\n`])
   t.equal(res.status, 431)
   t.same(errorBodyOf(res.text), { code: 'HEADERS_TOO_LARGE', message: 'request headers are too large', status: 431 })
@@ -111,7 +103,7 @@ t.test('header size: 431 Error body over MAX_HEADER_BYTES (16 KiB by default)', 
 })
 
 t.test('slowloris: headers trickled slowly are cut off with 408 after HEADERS_TIMEOUT_MS', async t => {
-  const { app, port } = await listening(t, { HEADERS_TIMEOUT_MS: '1000' })
+  const { app, port } = await listeningApp(t, db.url, { HEADERS_TIMEOUT_MS: '1000' })
   const trickle = Array.from({ length: 40 }, (_, i) => [`X-Slow-${i}: y\r\n`, 200]).flat()
   const res = await raw(port, ['GET /health/live HTTP/1.1\r\nHost: localhost\r\n', ...trickle], 8000)
   t.equal(res.status, 408)
@@ -124,7 +116,7 @@ t.test('slowloris: headers trickled slowly are cut off with 408 after HEADERS_TI
 })
 
 t.test('a body trickled slowly is cut off after REQUEST_TIMEOUT_MS', async t => {
-  const { app, port } = await listening(t, { REQUEST_TIMEOUT_MS: '1500', HEADERS_TIMEOUT_MS: '1000' })
+  const { app, port } = await listeningApp(t, db.url, { REQUEST_TIMEOUT_MS: '1500', HEADERS_TIMEOUT_MS: '1000' })
   const body = '{"name":"slow body"}'
   const res = await raw(port, [post(`Content-Length: ${body.length}\r\n`), ...body.split('').flatMap(c => [c, 300])], 10000)
   t.ok(res.closed, 'the connection is closed')
@@ -135,7 +127,7 @@ t.test('a body trickled slowly is cut off after REQUEST_TIMEOUT_MS', async t => 
 })
 
 t.test('an idle keep-alive connection is closed after KEEP_ALIVE_TIMEOUT_MS', async t => {
-  const { app, port } = await listening(t, { KEEP_ALIVE_TIMEOUT_MS: '500' })
+  const { app, port } = await listeningApp(t, db.url, { KEEP_ALIVE_TIMEOUT_MS: '500' })
   const res = await raw(port, ['GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n'], 8000)
   t.equal(res.status, 200)
   t.ok(res.closed && res.ms < 3000, `closed after ${Math.round(res.ms)} ms`)

@@ -1,14 +1,30 @@
+import { randomBytes } from 'node:crypto'
 import pg from 'pg'
 
 export const CHANGE_CHANNEL = 'categories_changed'
 /** Distinctive, so operators (and tests) can find the listening connection in pg_stat_activity. */
 export const LISTENER_APPLICATION_NAME = 'petstore-categories-listener'
+/**
+ * Payloads of the feeds' own probe notifications (see CategoryChangeFeed). The
+ * trigger's payloads are writers' application_names (`petstore/...` for this
+ * service), so a probe is never taken for a change, and no instance drops its list
+ * for another instance's probe.
+ */
+export const PROBE_PREFIX = 'petstore-feed-probe/'
 
 interface Log { warn: (obj: object, msg: string) => void, info: (obj: object, msg: string) => void }
 
 export interface ChangeFeedOptions {
+  /** Where to LISTEN: a connection that keeps its session (DATABASE_DIRECT_URL behind a transaction pooler). */
   connectionString: string
-  /** Called on every notification not skipped (below), and whenever the feed connects or drops (the cache cannot trust itself then). */
+  /** Which setting `connectionString` came from, for the logs and metrics. */
+  connectionName?: string
+  /**
+   * Sends a notification the way this instance's writes reach PostgreSQL (the
+   * pool): the feed proves it hears by sending itself a probe this way.
+   */
+  notify: (channel: string, payload: string) => Promise<void>
+  /** Called on every notification not skipped (below), and whenever the feed starts or stops hearing (the cache cannot trust itself then). */
   onChange: () => void
   /**
    * The application_name of this instance's own pool. The trigger sends the
@@ -20,37 +36,80 @@ export interface ChangeFeedOptions {
   log: Log
   minBackoffMs?: number
   maxBackoffMs?: number
-  /** A query on the listening connection this often proves it is still alive (a silent drop would otherwise go unnoticed). */
-  heartbeatMs?: number
+  /** How often the feed proves again that it hears (a probe through `notify`). */
+  probeIntervalMs?: number
+  /** How long a probe's echo may take; a probe not heard by then means the feed is deaf. */
+  probeTimeoutMs?: number
+  /**
+   * After DEAF_CONNECTIONS_BEFORE_PAUSE new connections in a row heard nothing (a
+   * transaction pooler: every LISTEN stays behind on one of its server connections),
+   * the feed tries again only this often.
+   */
+  deafRetryMs?: number
   connectionTimeoutMs?: number
+  /** Checks the new connection before it LISTENs (db/servers.ts: not a standby, the server the pool writes to); a rejection drops it. */
+  onConnect?: (client: pg.Client) => Promise<void>
+}
+
+/** New connections in a row whose first probe went unheard before the feed tries only every deafRetryMs. */
+export const DEAF_CONNECTIONS_BEFORE_PAUSE = 3
+
+/** pool.query as the feed's `notify`: the probe travels the way the pool's writes do. */
+export function notifyThrough (pool: pg.Pool): ChangeFeedOptions['notify'] {
+  return async (channel, payload) => { await pool.query('SELECT pg_notify($1, $2)', [channel, payload]) }
 }
 
 /**
  * One dedicated connection (not from the pool) that LISTENs for changes to the
- * categories table. `listening` is true only while that connection is up and
- * subscribed; when it drops, the feed reconnects with exponential backoff.
+ * categories table, and proves that it hears them: a LISTEN that succeeded
+ * proves nothing behind a transaction pooler, which runs it on some server
+ * connection and then hands that connection to other clients (the notifications
+ * are dropped), while every query on the listening connection still succeeds.
+ *
+ * So after LISTEN, and every `probeIntervalMs`, the feed sends a probe
+ * notification with a unique payload through `notify` (the pool) and waits for
+ * its echo on the listening connection. `listening` is true only while the last
+ * probe was heard within `probeTimeoutMs`; when a probe is not heard the feed
+ * reconnects with exponential backoff, and when the connection drops too.
  */
 export class CategoryChangeFeed {
   listening = false
-  /** How many times the connection was lost (or never made) since start. */
+  /** How many times the connection was lost, never made, or found deaf since start. */
   drops = 0
+  /** Probes sent whose echo did not arrive in time. */
+  probesMissed = 0
+  /** How long the last heard probe took from sending to its echo, in milliseconds. */
+  lastEchoMs: number | undefined
   /** Notifications skipped as the echo of this instance's own writes. */
   ownEchoes = 0
+  readonly connectionName: string
+  private readonly id = randomBytes(6).toString('hex')
+  private probes = 0
+  private awaitedProbe: { payload: string, heard: () => void } | undefined
+  /** Set once a deaf feed has been reported; cleared when it hears again, so that a feed that stays deaf warns once. */
+  private reportedDeaf = false
+  /** New connections in a row that heard none of their probes. */
+  private deafConnections = 0
   private client: pg.Client | undefined
   private closed = false
   private attempt = 0
   private retryTimer: NodeJS.Timeout | undefined
-  private heartbeatTimer: NodeJS.Timeout | undefined
+  private probeTimer: NodeJS.Timeout | undefined
   private readonly minBackoffMs: number
   private readonly maxBackoffMs: number
-  private readonly heartbeatMs: number
+  private readonly probeIntervalMs: number
+  private readonly probeTimeoutMs: number
+  private readonly deafRetryMs: number
   private readonly connectionTimeoutMs: number
 
   constructor (private readonly options: ChangeFeedOptions) {
+    this.connectionName = options.connectionName ?? 'DATABASE_URL'
     this.minBackoffMs = options.minBackoffMs ?? 250
     this.maxBackoffMs = options.maxBackoffMs ?? 5000
-    this.heartbeatMs = options.heartbeatMs ?? 5000
+    this.probeIntervalMs = options.probeIntervalMs ?? 5000
     this.connectionTimeoutMs = options.connectionTimeoutMs ?? 2000
+    this.probeTimeoutMs = options.probeTimeoutMs ?? this.connectionTimeoutMs
+    this.deafRetryMs = options.deafRetryMs ?? 10 * 60 * 1000
   }
 
   start (): void {
@@ -60,7 +119,7 @@ export class CategoryChangeFeed {
   async close (): Promise<void> {
     this.closed = true
     clearTimeout(this.retryTimer)
-    clearInterval(this.heartbeatTimer)
+    clearTimeout(this.probeTimer)
     this.listening = false
     const client = this.client
     this.client = undefined
@@ -78,20 +137,24 @@ export class CategoryChangeFeed {
     })
     this.client = client
     let dropped = false
-    const drop = (err?: unknown): void => {
+    const drop = (err?: unknown, reason = 'category change feed disconnected; serving the list from the database'): void => {
       if (dropped) return
       dropped = true
       const wasListening = this.listening
       this.listening = false
-      clearInterval(this.heartbeatTimer)
+      clearTimeout(this.probeTimer)
       if (this.client === client) this.client = undefined
       client.end().catch(() => {})
       if (this.closed) return
       this.drops++
       this.options.onChange()
-      const delay = Math.min(this.maxBackoffMs, this.minBackoffMs * 2 ** this.attempt) * (0.75 + Math.random() * 0.5)
+      const paused = this.deafConnections >= DEAF_CONNECTIONS_BEFORE_PAUSE
+      const delay = paused ? this.deafRetryMs : Math.min(this.maxBackoffMs, this.minBackoffMs * 2 ** this.attempt) * (0.75 + Math.random() * 0.5)
       this.attempt++
-      this.options.log.warn({ err, retryInMs: Math.round(delay), wasListening }, 'category change feed disconnected; serving the list from the database')
+      if (err !== undefined) this.options.log.warn({ err, retryInMs: Math.round(delay), wasListening, connection: this.connectionName }, reason)
+      if (paused && this.deafConnections === DEAF_CONNECTIONS_BEFORE_PAUSE) {
+        this.options.log.warn({ retryInMs: delay, connection: this.connectionName }, `category change feed heard nothing on ${DEAF_CONNECTIONS_BEFORE_PAUSE} connections in a row; it tries again less often (each LISTEN through a transaction pooler stays behind on one of its server connections)`)
+      }
       this.retryTimer = setTimeout(() => { this.start() }, delay)
       this.retryTimer.unref()
     }
@@ -99,7 +162,12 @@ export class CategoryChangeFeed {
     client.on('end', () => { drop(new Error('listening connection ended')) })
     client.on('notification', (message) => {
       if (message.channel !== CHANGE_CHANNEL) return
-      if (this.options.ownWriterName !== undefined && message.payload === this.options.ownWriterName) {
+      const payload = message.payload ?? ''
+      if (payload.startsWith(PROBE_PREFIX)) {
+        if (payload === this.awaitedProbe?.payload) this.awaitedProbe.heard()
+        return
+      }
+      if (this.options.ownWriterName !== undefined && payload === this.options.ownWriterName) {
         this.ownEchoes++
         return
       }
@@ -107,6 +175,7 @@ export class CategoryChangeFeed {
     })
     try {
       await client.connect()
+      await this.options.onConnect?.(client)
       await client.query(`LISTEN ${CHANGE_CHANNEL}`)
     } catch (err) {
       drop(err)
@@ -116,14 +185,53 @@ export class CategoryChangeFeed {
       if (this.closed) await client.end().catch(() => {})
       return
     }
-    if (this.attempt > 0) this.options.log.info({ attempts: this.attempt }, 'category change feed reconnected')
+    await this.prove(client, drop, true)
+  }
+
+  /** Sends a probe and waits for its echo; heard: listening (and the next probe scheduled), not heard: deaf, reconnect. */
+  private async prove (client: pg.Client, drop: (err?: unknown, reason?: string) => void, first = false): Promise<void> {
+    const payload = `${PROBE_PREFIX}${this.id}/${++this.probes}`
+    const sent = performance.now()
+    let timer: NodeJS.Timeout | undefined
+    const echo = new Promise<boolean>(resolve => {
+      this.awaitedProbe = { payload, heard: () => { resolve(true) } }
+      timer = setTimeout(() => { resolve(false) }, this.probeTimeoutMs)
+    })
+    const sending: { state: 'pending' | 'sent' | 'failed', err?: unknown } = { state: 'pending' }
+    this.options.notify(CHANGE_CHANNEL, payload).then(() => { sending.state = 'sent' }, (err: unknown) => { Object.assign(sending, { state: 'failed', err }) })
+    const heard = await echo
+    clearTimeout(timer)
+    this.awaitedProbe = undefined
+    if (this.closed || this.client !== client) return
+    if (!heard) {
+      this.probesMissed++
+      // One warning when the feed stops hearing, not one per attempt while it stays deaf.
+      const report = !this.reportedDeaf
+      this.reportedDeaf = true
+      if (sending.state === 'sent') {
+        if (first) this.deafConnections++
+        drop(report ? new Error('probe notification not heard') : undefined,
+          `category change feed did not hear its own notification within ${this.probeTimeoutMs} ms; serving the list from the database` +
+          (this.connectionName === 'DATABASE_URL' ? ' (behind a transaction pooler LISTEN hears nothing: set DATABASE_DIRECT_URL)' : ''))
+      } else {
+        drop(report ? (sending.err ?? new Error(`not sent within ${this.probeTimeoutMs} ms`)) : undefined,
+          'category change feed could not send its probe notification; serving the list from the database')
+      }
+      return
+    }
+    this.lastEchoMs = performance.now() - sent
+    if (!this.listening) {
+      this.listening = true
+      // Changes committed before we heard were never announced to us.
+      this.options.onChange()
+      const again = this.attempt > 0 || this.reportedDeaf
+      this.options.log.info({ echoMs: Math.round(this.lastEchoMs), connection: this.connectionName, ...(again ? { attempts: this.attempt } : {}) },
+        `category change feed hears notifications${again ? ' again' : ''}; serving the list from the cache`)
+    }
     this.attempt = 0
-    this.listening = true
-    // Changes committed while we were not listening were never announced to us.
-    this.options.onChange()
-    this.heartbeatTimer = setInterval(() => {
-      client.query('SELECT 1').catch(drop)
-    }, this.heartbeatMs)
-    this.heartbeatTimer.unref()
+    this.reportedDeaf = false
+    this.deafConnections = 0
+    this.probeTimer = setTimeout(() => { this.prove(client, drop).catch(drop) }, this.probeIntervalMs)
+    this.probeTimer.unref()
   }
 }

@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto'
-import type pg from 'pg'
+import pg from 'pg'
 import { withDatabase } from '../db/errors.js'
+import { confirmReplicated } from '../db/servers.js'
 import { ApiError } from '../http/errors.js'
 import type { NewCategory } from './schemas.js'
 
@@ -10,22 +11,25 @@ import type { NewCategory } from './schemas.js'
  * key and body replays the first answer, a different body is 422, a request
  * still running is 409.
  *
- * A request first claims the key (a 'running' record, committed on its own so
- * other instances see it). The category row and the record's completion then
- * commit in one transaction, so a 201 and its replayable answer exist together
- * or not at all. A claim whose holder died (crash between claim and commit)
- * can be taken over by the same body after LOCK_SECONDS; the holder's commit
- * re-checks its claim under a row lock, so two holders can never both insert.
+ * A key's work is one transaction: it takes a transaction-scoped advisory lock
+ * on the key (held elsewhere: 409 at once), reads the key's record, and
+ * commits the category row with the record of its answer. Nothing about a
+ * request in flight is ever committed, so nothing can outlive it: when its
+ * connection is lost (backend terminated, failover, network), PostgreSQL rolls
+ * the transaction back and frees the lock, and the retry starts afresh; if the
+ * COMMIT went through before the answer was lost, the retry finds the record
+ * and replays it. No clean-up is needed after a failure, when the database may
+ * well be unreachable. The lock is transaction-scoped, so it also holds
+ * through a transaction-pooling PgBouncer.
  */
 
 const REMEMBER = '24 hours'
-const LOCK_SECONDS = 60
 const RETRY_AFTER_SECONDS = 1
 
 export interface StoredResponse { status: number, body: string, location: string | null }
 
-export type Claim =
-  | { kind: 'claimed', token: string }
+export type Outcome<T> =
+  | { kind: 'created', result: T }
   | { kind: 'replay', response: StoredResponse }
 
 /** The body as the service understood it: the same category sent with other spacing or member order is the same body. */
@@ -33,104 +37,88 @@ export function requestHash (category: NewCategory): Buffer {
   return createHash('sha256').update(JSON.stringify([category.name, category.description ?? null])).digest()
 }
 
-// Nothing here waits on a row lock: a request that is completing holds its record
-// FOR UPDATE until it commits, and a concurrent request must answer 409 at once.
-const CLAIM = `
-INSERT INTO idempotency_keys (key_owner, idempotency_key, request_hash, state, claim_token, locked_until, expires_at)
-VALUES ($1, $2, $3, 'running', $4, now() + make_interval(secs => ${LOCK_SECONDS}), now() + interval '${REMEMBER}')
-ON CONFLICT (key_owner, idempotency_key) DO NOTHING
-RETURNING claim_token`
+/** The advisory lock of one key of one owner: 64 bits of a digest of both. */
+function lockId (owner: Buffer, key: string): string {
+  const digest = createHash('sha256').update(owner).update('\0').update(key).digest()
+  return digest.readBigInt64BE(0).toString()
+}
 
-/** Takes over an expired record, or a 'running' one with the same body whose holder's lock lapsed. */
-const TAKE_OVER = `
-UPDATE idempotency_keys
-SET request_hash = $3, state = 'running', claim_token = $4,
-    locked_until = now() + make_interval(secs => ${LOCK_SECONDS}), expires_at = now() + interval '${REMEMBER}',
-    response_status = NULL, response_body = NULL, location = NULL
-WHERE ctid = (SELECT ctid FROM idempotency_keys WHERE key_owner = $1 AND idempotency_key = $2 FOR UPDATE SKIP LOCKED)
-  AND (expires_at < now() OR (state = 'running' AND locked_until < now() AND request_hash = $3))
-RETURNING claim_token`
-
-const EXISTING = `
-SELECT request_hash, state, response_status, response_body, location, expires_at < now() AS expired
+const RECORD = `
+SELECT request_hash, state, response_status, response_body, location, expires_at < now() AS expired, locked_until < now() AS lapsed
 FROM idempotency_keys WHERE key_owner = $1 AND idempotency_key = $2`
 
-interface ExistingRow { request_hash: Buffer, state: 'running' | 'done', response_status: number | null, response_body: string | null, location: string | null, expired: boolean }
+// state 'running' and locked_until belong to records of earlier versions, which committed a claim before the work.
+const REMEMBER_ANSWER = `
+INSERT INTO idempotency_keys (key_owner, idempotency_key, request_hash, state, claim_token, locked_until, response_status, response_body, location, expires_at)
+VALUES ($1, $2, $3, 'done', $4, now(), $5, $6, $7, now() + interval '${REMEMBER}')
+ON CONFLICT (key_owner, idempotency_key) DO UPDATE
+SET request_hash = EXCLUDED.request_hash, state = 'done', claim_token = EXCLUDED.claim_token, locked_until = EXCLUDED.locked_until,
+    response_status = EXCLUDED.response_status, response_body = EXCLUDED.response_body, location = EXCLUDED.location, expires_at = EXCLUDED.expires_at`
+
+interface RecordRow { request_hash: Buffer, state: 'running' | 'done', response_status: number | null, response_body: string | null, location: string | null, expired: boolean, lapsed: boolean }
+
+const LOCK_NOT_AVAILABLE = '55P03'
+
+const keyInUse = (): ApiError => new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', 'a request with this Idempotency-Key is still being processed; retry later',
+  { 'retry-after': String(RETRY_AFTER_SECONDS) })
+
+/** What a key's record says: replay its answer, refuse (409, 422), or do the work (no record, or one that no longer binds). */
+function decide (record: RecordRow | undefined, hash: Buffer): StoredResponse | undefined {
+  if (record === undefined || record.expired) return undefined
+  if (!record.request_hash.equals(hash)) {
+    throw new ApiError(422, 'IDEMPOTENCY_KEY_REUSED', 'this Idempotency-Key was already used with a different request body')
+  }
+  if (record.state === 'done') return { status: record.response_status ?? 201, body: record.response_body ?? '', location: record.location }
+  // A claim of an earlier version: still held, or its holder died and the same body takes it over.
+  if (!record.lapsed) throw keyInUse()
+  return undefined
+}
 
 export class IdempotencyStore {
   private cleanupTimer: NodeJS.Timeout | undefined
 
   constructor (private readonly pool: pg.Pool) {}
 
-  /** Claims the key for this request, or says what to answer instead (replay, 409, 422). */
-  async claim (owner: Buffer, key: string, hash: Buffer): Promise<Claim> {
-    // Two rounds: the record we conflicted with may expire or be released between the two statements.
-    for (let round = 0; round < 2; round++) {
-      const token = randomUUID()
-      const claimed = await withDatabase(async () => await this.pool.query({ name: 'idempotency-claim', text: CLAIM, values: [owner, key, hash, token] }))
-      if (claimed.rowCount === 1) return { kind: 'claimed', token }
-      const taken = await withDatabase(async () => await this.pool.query({ name: 'idempotency-take-over', text: TAKE_OVER, values: [owner, key, hash, token] }))
-      if (taken.rowCount === 1) return { kind: 'claimed', token }
-      const { rows } = await withDatabase(async () => await this.pool.query<ExistingRow>({ name: 'idempotency-existing', text: EXISTING, values: [owner, key] }))
-      const existing = rows[0]
-      if (existing === undefined) continue
-      // Expired but not taken over: another request is taking it over right now.
-      if (existing.expired) break
-      if (!existing.request_hash.equals(hash)) {
-        throw new ApiError(422, 'IDEMPOTENCY_KEY_REUSED', 'this Idempotency-Key was already used with a different request body')
-      }
-      if (existing.state === 'running') break
-      return { kind: 'replay', response: { status: existing.response_status ?? 201, body: existing.response_body ?? '', location: existing.location } }
-    }
-    throw new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', 'a request with this Idempotency-Key is still being processed; retry later',
-      { 'retry-after': String(RETRY_AFTER_SECONDS) })
-  }
-
   /**
-   * Runs `work` in a transaction that also completes the claim: both commit or
-   * neither does. If the claim was taken over meanwhile, nothing is written.
+   * The answer already remembered for this key (replay, 409, 422), or else
+   * `work`'s, committed in one transaction with the record of its response:
+   * both exist or neither does.
    */
-  async complete<T> (owner: Buffer, key: string, token: string, work: (client: pg.PoolClient) => Promise<{ result: T, response: StoredResponse }>): Promise<T> {
+  async execute<T> (owner: Buffer, key: string, hash: Buffer, work: (client: pg.PoolClient) => Promise<{ result: T, response: StoredResponse }>): Promise<Outcome<T>> {
+    // A key already answered (the usual retry) replays without a transaction.
+    const { rows } = await withDatabase(async () => await this.pool.query<RecordRow>({ text: RECORD, values: [owner, key] }))
+    const remembered = decide(rows[0], hash)
+    if (remembered !== undefined) return { kind: 'replay', response: remembered }
+
     return await withDatabase(async () => {
       const client = await this.pool.connect()
       let broken: Error | undefined
       try {
         await client.query('BEGIN')
-        const held = await client.query({
-          name: 'idempotency-hold',
-          text: "SELECT 1 FROM idempotency_keys WHERE key_owner = $1 AND idempotency_key = $2 AND claim_token = $3 AND state = 'running' FOR UPDATE",
-          values: [owner, key, token]
-        })
-        if (held.rowCount !== 1) {
+        const locked = await client.query<{ locked: boolean }>({ text: 'SELECT pg_try_advisory_xact_lock($1) AS locked', values: [lockId(owner, key)] })
+        if (locked.rows[0]?.locked !== true) throw keyInUse()
+        // Read again under the lock: the record may have been written since. NOWAIT: an earlier version's holder has it locked.
+        const current = await client.query<RecordRow>({ text: `${RECORD} FOR UPDATE NOWAIT`, values: [owner, key] })
+          .catch((err: unknown) => { throw (err as { code?: unknown }).code === LOCK_NOT_AVAILABLE ? keyInUse() : err })
+        const answered = decide(current.rows[0], hash)
+        if (answered !== undefined) {
           await client.query('ROLLBACK')
-          throw new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', 'a request with this Idempotency-Key is still being processed; retry later',
-            { 'retry-after': String(RETRY_AFTER_SECONDS) })
+          return { kind: 'replay', response: answered }
         }
         const { result, response } = await work(client)
-        await client.query({
-          name: 'idempotency-done',
-          text: "UPDATE idempotency_keys SET state = 'done', response_status = $4, response_body = $5, location = $6 WHERE key_owner = $1 AND idempotency_key = $2 AND claim_token = $3",
-          values: [owner, key, token, response.status, response.body, response.location]
-        })
+        await client.query({ text: REMEMBER_ANSWER, values: [owner, key, hash, randomUUID(), response.status, response.body, response.location] })
         await client.query('COMMIT')
-        return result
+        confirmReplicated(client)
+        return { kind: 'created', result }
       } catch (err) {
-        if (!(err instanceof ApiError && err.status === 409)) {
-          await client.query('ROLLBACK').catch((rollbackError: Error) => { broken = rollbackError })
-        }
+        // The server answered (with an error, or we refused): roll back and keep the connection. Otherwise (a timeout,
+        // a lost connection, a commit the synchronous standby never confirmed) its state is unknown: close it.
+        if (err instanceof ApiError || err instanceof pg.DatabaseError) await client.query('ROLLBACK').catch((rollbackError: Error) => { broken = rollbackError })
+        else broken = err as Error
         throw err
       } finally {
         client.release(broken)
       }
-    })
-  }
-
-  /** Gives the key back after a failed request, so an immediate retry need not wait for the lock to expire. */
-  async release (owner: Buffer, key: string, token: string): Promise<void> {
-    await this.pool.query({
-      name: 'idempotency-release',
-      text: "DELETE FROM idempotency_keys WHERE key_owner = $1 AND idempotency_key = $2 AND claim_token = $3 AND state = 'running'",
-      values: [owner, key, token]
     })
   }
 

@@ -136,8 +136,9 @@ export interface ListCacheOptions extends Omit<ChangeFeedOptions, 'onChange'> {
 }
 
 /**
- * The serialized category list, kept in memory while the change feed is
- * listening. While the feed is down every read goes to the database.
+ * The serialized category list, kept in memory while the change feed hears
+ * notifications (it proves it by hearing its own probes: change-feed.ts). While
+ * the feed is down or deaf every read goes to the database.
  *
  * What changes the list:
  * - this instance's own creates (`created`, called before their 201s are sent)
@@ -171,14 +172,20 @@ export class CategoryListCache {
     this.maxPendingRows = options.maxPendingRows ?? 10_000
     if (options.registry !== undefined) {
       const registers = [options.registry]
-      const reads = new Counter({ name: 'categories_list_reads_total', help: 'Category list reads by source: cache, appended (cache plus this instance\'s own new rows), refresh (one query shared by waiting readers) or database (change feed down)', labelNames: ['source'], registers })
+      const reads = new Counter({ name: 'categories_list_reads_total', help: 'Category list reads by source: cache, appended (cache plus this instance\'s own new rows), refresh (one query shared by waiting readers) or database (change feed down or deaf)', labelNames: ['source'], registers })
       // Children bound once: the hot path then skips label hashing.
       for (const source of ['cache', 'appended', 'refresh', 'database'] as const) this.reads[source] = reads.labels(source)
       const feed = this.feed
       // eslint-disable-next-line no-new
-      new Gauge({ name: 'categories_change_feed_listening', help: '1 while the change feed listens and the list cache may be used', registers, collect () { this.set(feed.listening ? 1 : 0) } })
+      new Gauge({ name: 'categories_change_feed_listening', help: '1 while the change feed hears notifications (its last probe was echoed) and the list cache may be used; 0: the list is read from the database', registers, collect () { this.set(feed.listening ? 1 : 0) } })
       // eslint-disable-next-line no-new
-      new Gauge({ name: 'categories_change_feed_drops', help: 'Times the change feed connection was lost or could not be made', registers, collect () { this.set(feed.drops) } })
+      new Gauge({ name: 'categories_change_feed_drops', help: 'Times the change feed connection was lost, could not be made, or was found deaf', registers, collect () { this.set(feed.drops) } })
+      // eslint-disable-next-line no-new
+      new Gauge({ name: 'categories_change_feed_probes_missed', help: 'Probe notifications the change feed sent through the pool and did not hear in time', registers, collect () { this.set(feed.probesMissed) } })
+      // eslint-disable-next-line no-new
+      new Gauge({ name: 'categories_change_feed_echo_seconds', help: 'Time from sending the change feed\'s last heard probe notification to its echo', registers, collect () { this.set(feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000) } })
+      // eslint-disable-next-line no-new
+      new Gauge({ name: 'categories_change_feed_connection_info', help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)', labelNames: ['connection'], registers, collect () { this.labels(feed.connectionName).set(1) } })
       // eslint-disable-next-line no-new
       new Gauge({ name: 'categories_change_feed_own_echoes', help: 'Notifications skipped because they announced this instance\'s own writes', registers, collect () { this.set(feed.ownEchoes) } })
     }
@@ -188,7 +195,7 @@ export class CategoryListCache {
 
   async close (): Promise<void> { await this.feed.close() }
 
-  /** True while the cache may be used (the change feed is up). */
+  /** True while the cache may be used (the change feed hears). */
   get listening (): boolean { return this.feed.listening }
 
   invalidate (): void {
@@ -217,16 +224,26 @@ export class CategoryListCache {
   /** A create failed, perhaps after its commit (the connection dropped before the answer): what the table holds is unknown. */
   createFailed (): void { this.invalidate() }
 
+  /**
+   * The cached list, when read() would return it as it is (the feed is
+   * listening and none of this instance's creates wait to be appended);
+   * otherwise undefined. Synchronous: a cache hit needs no promise.
+   */
+  cached (): SerializedList | undefined {
+    if (this.entry === undefined || this.pending.length > 0 || !this.feed.listening) return undefined
+    this.count('cache')
+    return this.entry
+  }
+
   async read (serialize: ListSerializer): Promise<SerializedList> {
+    const hit = this.cached()
+    if (hit !== undefined) return hit
     if (!this.feed.listening) {
       this.count('database')
       return await this.load(serialize)
     }
     if (this.entry !== undefined) {
-      if (this.pending.length === 0) {
-        this.count('cache')
-        return this.entry
-      }
+      // Own creates wait to be appended (a list without any was a hit above).
       const builder = new ListBuilder(serialize, 0, this.entry)
       builder.add(this.pending)
       this.entry = this.built(builder)

@@ -1,5 +1,6 @@
 import type pg from 'pg'
 import { withDatabase } from '../db/errors.js'
+import { confirmReplicated } from '../db/servers.js'
 import type { Category, NewCategory } from './schemas.js'
 
 interface CategoryRow { id: bigint, name: string, description: string | null }
@@ -37,7 +38,7 @@ const LIST = 'SELECT id, name, description FROM categories ORDER BY id'
 /** Rows per chunk of a list read: a short list is one round trip, a long one never exists as objects all at once. */
 export const LIST_CHUNK_ROWS = 1000
 
-/** Categories in PostgreSQL. Named statements are prepared once per connection. */
+/** Categories in PostgreSQL. */
 export class CategoryRepository {
   constructor (private readonly pool: pg.Pool) {}
 
@@ -45,12 +46,12 @@ export class CategoryRepository {
    * Every category in id order, handed to `onChunk` in chunks of at most
    * `chunkRows`, all from one snapshot: a list of any length never exists as
    * objects all at once (the caller serializes each chunk and drops it). A
-   * list that fits in one chunk, the usual case, costs one prepared statement;
-   * a longer one is read again through a cursor in a read-only transaction.
+   * list that fits in one chunk, the usual case, costs one statement; a longer
+   * one is read again through a cursor in a read-only transaction.
    */
   async listInChunks (onChunk: (categories: Category[]) => void, chunkRows = LIST_CHUNK_ROWS): Promise<void> {
     await withDatabase(async () => {
-      const { rows } = await this.pool.query<CategoryRow>({ name: 'categories-list-head', text: `${LIST} LIMIT $1`, values: [chunkRows + 1] })
+      const { rows } = await this.pool.query<CategoryRow>({ text: `${LIST} LIMIT $1`, values: [chunkRows + 1] })
       if (rows.length <= chunkRows) {
         if (rows.length > 0) onChunk(rows.map(toCategory))
         return
@@ -76,7 +77,6 @@ export class CategoryRepository {
 
   async get (id: bigint): Promise<Category | undefined> {
     const { rows } = await withDatabase(async () => await this.pool.query<CategoryRow>({
-      name: 'categories-get',
       text: 'SELECT id, name, description FROM categories WHERE id = $1',
       values: [id.toString()]
     }))
@@ -86,7 +86,6 @@ export class CategoryRepository {
   /** One category with the caller's client, inside the caller's transaction (e.g. with its idempotency record). */
   async insertWith (client: pg.ClientBase, category: NewCategory): Promise<Category> {
     const { rows } = await withDatabase(async () => await client.query<CategoryRow>({
-      name: 'categories-create',
       text: 'INSERT INTO categories (name, description) VALUES ($1, $2) RETURNING id, name, description',
       values: [category.name, category.description ?? null]
     }))
@@ -95,11 +94,21 @@ export class CategoryRepository {
 
   /** Inserts every category in one statement, committed together; result i belongs to input i. */
   async insertBatch (categories: NewCategory[]): Promise<Category[]> {
-    const { rows } = await withDatabase(async () => await this.pool.query<{ id: bigint }>({
-      name: 'categories-insert-batch',
-      text: INSERT_BATCH,
-      values: [categories.map(c => c.name), categories.map(c => c.description ?? null)]
-    }))
+    const rows = await withDatabase(async () => {
+      const client = await this.pool.connect()
+      try {
+        const { rows } = await client.query<{ id: bigint }>({
+          text: INSERT_BATCH,
+          values: [categories.map(c => c.name), categories.map(c => c.description ?? null)]
+        })
+        confirmReplicated(client)
+        client.release()
+        return rows
+      } catch (err) {
+        client.release(err as Error)
+        throw err
+      }
+    })
     if (rows.length !== categories.length) throw new Error(`batch insert returned ${rows.length} ids for ${categories.length} rows`)
     return categories.map((category, i) => withId((rows[i] as { id: bigint }).id, category))
   }

@@ -1,11 +1,11 @@
 import { loadConfig, ConfigError } from '../config.js'
 import { runMigrations } from './migrate.js'
 
-/** `npm run migrate`: apply pending migrations to DATABASE_URL and exit. */
+/** `npm run migrate`: apply pending migrations (on DATABASE_DIRECT_URL when set, else DATABASE_URL) and exit. */
 try {
-  const { databaseUrl } = loadConfig()
+  const { databaseUrl, databaseDirectUrl } = loadConfig()
   if (databaseUrl === undefined) throw new ConfigError('DATABASE_URL must be set to run migrations')
-  await runMigrations(databaseUrl, console)
+  await runMigrations(databaseDirectUrl ?? databaseUrl, console)
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err)
   process.exitCode = 1

@@ -1,4 +1,6 @@
 import pg from 'pg'
+import { poolClientClass } from './pool-client.js'
+import { DatabaseServers } from './servers.js'
 
 const INT8_OID = 20
 
@@ -13,10 +15,14 @@ export interface PoolOptions {
   max: number
   connectionTimeoutMs: number
   statementTimeoutMs: number
+  /** Prepare statements once per connection (only where connections keep their session: see pool-client.ts). */
+  preparedStatements?: boolean
   /** Queries allowed to wait for a connection when every connection is busy; beyond that, fail at once. */
   maxWaiting?: number
   /** How the pool's sessions are named in pg_stat_activity, and in the change notifications their writes cause (see categories/change-feed.ts). */
   applicationName?: string
+  /** Checks every new connection: no standby, and no connection left on a server the address no longer leads to (db/servers.ts). */
+  servers?: DatabaseServers
 }
 
 /** Thrown (as a 503, see db/errors.ts) when the pool's wait queue is full: overload is answered at once, not queued without bound. */
@@ -39,20 +45,28 @@ function boundQueue (pool: pg.Pool, max: number, maxWaiting: number): void {
   }) as typeof pool.connect
 }
 
+/** Its caller hears of a lost connection through its failed query, and the pool's 'error' event reports idle ones. */
+function ignoreLostConnection (): void {}
+
 export function createPool (options: PoolOptions, onError: (err: Error) => void): pg.Pool {
   const pool = new pg.Pool({
     connectionString: options.connectionString,
     max: options.max,
     // Bounded waits: a request never hangs on an unreachable database or an exhausted pool.
     connectionTimeoutMillis: options.connectionTimeoutMs,
-    statement_timeout: options.statementTimeoutMs,
+    // Not the statement_timeout option: a startup parameter that poolers refuse (see pool-client.ts).
+    Client: poolClientClass({ statementTimeoutMs: options.statementTimeoutMs, preparedStatements: options.preparedStatements ?? false, applicationName: options.applicationName ?? 'petstore' }),
     query_timeout: options.statementTimeoutMs + 1000,
     idleTimeoutMillis: 30000,
     application_name: options.applicationName ?? 'petstore',
-    types
+    types,
+    onConnect: (options.servers ?? new DatabaseServers()).register
   })
   // Without this listener an idle client's error (database restart) crashes the process.
   pool.on('error', onError)
+  // pg-pool listens only while a client is idle: a checked-out client (pool.connect) whose connection dies
+  // would crash the process. This one stays for the client's life; the query in flight rejects on its own.
+  pool.on('connect', client => { client.on('error', ignoreLostConnection) })
   if (options.maxWaiting !== undefined) boundQueue(pool, options.max, options.maxWaiting)
   return pool
 }

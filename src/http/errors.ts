@@ -2,8 +2,8 @@ import { Type, type Static, type TUnsafe } from '@sinclair/typebox'
 import { ref } from './shared-schemas.js'
 
 /**
- * Error codes from the contract's section 6, plus two for transport-level
- * failures the contract's table does not name (documented in the README).
+ * The error code of each status (docs/api.md, "Status and error codes"), including
+ * 408 and 431, which Node's HTTP server produces before any route runs.
  */
 export const ErrorCodes = {
   400: 'VALIDATION_FAILED',

@@ -1,0 +1,92 @@
+import { chmod, copyFile, mkdir, mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyInstance } from 'fastify'
+import pg from 'pg'
+import t from 'tap'
+import { LISTENER_APPLICATION_NAME } from '../src/categories/change-feed.js'
+import { startEmbeddedPostgres } from '../src/db/embedded.js'
+import { runMigrations } from '../src/db/migrate.js'
+import { AUTH, json, metric, testApp } from './helpers/app.js'
+import { TcpProxy } from './helpers/tcp-proxy.js'
+
+/*
+ * The database address moves to another server while sessions stay open on
+ * the old one (a DNS change after a failover nobody fenced, a balancer without
+ * shutdown-sessions). As soon as a new connection reaches the new server,
+ * every connection left on the old one is closed: the change feed moves too
+ * (left there, it would never hear of the new server's changes and the cached
+ * list would stay stale for good), and no read is served from the old data.
+ */
+
+// Two servers of our own that accept the same credentials (the second is given the first's password).
+const dir = await mkdtemp(path.join(tmpdir(), 'petstore-server-moves-'))
+t.teardown(async () => { await rm(dir, { recursive: true, force: true }) })
+await chmod(dir, 0o711) // as root, PostgreSQL runs as the postgres user, which must reach the data directories
+const oldServer = await startEmbeddedPostgres({ dir: path.join(dir, 'old') })
+t.teardown(async () => { await oldServer.stop() })
+await mkdir(path.join(dir, 'new'))
+await copyFile(path.join(dir, 'old', 'postgres-password'), path.join(dir, 'new', 'postgres-password'))
+const newServer = await startEmbeddedPostgres({ dir: path.join(dir, 'new') })
+t.teardown(async () => { await newServer.stop() })
+const oldUrl = oldServer.url
+const newUrl = newServer.url
+await runMigrations(newUrl, { info: () => {}, warn: () => {}, error: () => {} })
+
+const proxy = await TcpProxy.start({ host: '127.0.0.1', port: Number(new URL(oldUrl).port) })
+t.teardown(async () => { await proxy.close() })
+const { app } = await testApp(t, proxy.url(oldUrl))
+
+async function client (url: string): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: url })
+  await c.connect()
+  t.teardown(async () => { await c.end() })
+  return c
+}
+const oldAdmin = await client(oldUrl)
+const newAdmin = await client(newUrl)
+
+async function names (target: FastifyInstance): Promise<string[]> {
+  const res = await target.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  return (res.json() as Array<{ name: string }>).map(c => c.name)
+}
+const sessions = async (admin: pg.Client, applicationName: string): Promise<number> =>
+  (await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE $1', [applicationName])).rows[0]?.n ?? 0
+
+t.test('after the address moves, the first connection to the new server closes those left on the old one', async t => {
+  t.equal((await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name: 'on the old server' }) })).statusCode, 201)
+  for (let i = 0; i < 200 && await metric(app, 'categories_change_feed_listening') !== 1; i++) await sleep(20)
+  t.same(await names(app), ['on the old server'], 'cached from the old server')
+
+  await newAdmin.query("INSERT INTO categories (name) VALUES ('on the new server')")
+  proxy.repoint({ host: '127.0.0.1', port: Number(new URL(newUrl).port) }, { cutOpen: false })
+  t.ok(await sessions(oldAdmin, LISTENER_APPLICATION_NAME) === 1, 'the change feed stays on the old server for now')
+  // The pool's sessions on the old server end (the feed's stays): its next connection reaches the new server.
+  await oldAdmin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'petstore/%'")
+  // Lists are served from the cache; a create needs a connection (its first may take a terminated one: 503).
+  let created = 0
+  for (let i = 0; i < 50 && created !== 201; i++) {
+    created = (await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name: 'after the move' }) })).statusCode
+  }
+  t.equal(created, 201, 'a create after the move')
+  let after: string[] = []
+  for (let i = 0; i < 200 && after.length !== 2; i++) {
+    const res = await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+    if (res.statusCode === 200) after = (res.json() as Array<{ name: string }>).map(c => c.name)
+    else await sleep(20)
+  }
+  t.same(after, ['on the new server', 'after the move'], 'the list is the new server\'s')
+  for (let i = 0; i < 200 && (await sessions(oldAdmin, LISTENER_APPLICATION_NAME) > 0 || await metric(app, 'categories_change_feed_listening') !== 1); i++) await sleep(20)
+  t.equal(await sessions(oldAdmin, 'petstore%'), 0, 'no session of the service is left on the old server (change feed included)')
+  t.equal(await sessions(newAdmin, LISTENER_APPLICATION_NAME), 1, 'the change feed listens on the new server')
+
+  // The new server's changes are heard: a row written there by someone else is in the next list.
+  await newAdmin.query("INSERT INTO categories (name) VALUES ('written elsewhere')")
+  let heard = false
+  for (let i = 0; i < 100 && !heard; i++) {
+    heard = (await names(app)).includes('written elsewhere')
+    if (!heard) await sleep(10)
+  }
+  t.ok(heard, 'the cached list hears the new server')
+})
