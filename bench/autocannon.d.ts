@@ -24,6 +24,7 @@ declare module 'autocannon' {
     non2xx: number
     statusCodeStats: Record<string, { count: number }>
     latency: Histogram
+    throughput: Histogram
     requests: Histogram & { sent: number }
   }
   interface Instance { stop: () => void }

@@ -5,7 +5,13 @@
  * serializes with the same schemas, with an in-memory counter for the id.
  * CEILING_DATA names a JSON file of the rows to serve (written by run.ts,
  * the same rows it seeds into the other servers).
+ *
+ * With CEILING_BODY=buffer it is the Fastify floor instead: GET sends the list
+ * as one Buffer serialized once, with its ETag (and 304 on If-None-Match), as
+ * the service's cached list does, but with no hook at all: what Fastify alone
+ * costs on the service's fastest path.
  */
+import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import Fastify from 'fastify'
 import { CategoryListSchema, CategorySchema, NewCategorySchema, type Category, type NewCategory } from '../src/categories/schemas.js'
@@ -23,10 +29,20 @@ const app = Fastify({
 app.addSchema(NewCategorySchema)
 app.addSchema(CategorySchema)
 
-app.get('/v1/categories', { schema: { response: { 200: CategoryListSchema } } }, async (_request, reply) => {
-  reply.header('cache-control', 'no-cache')
-  return list
-})
+if (env.CEILING_BODY === 'buffer') {
+  const body = Buffer.from(JSON.stringify(rows))
+  const etag = `"${createHash('sha1').update(body).digest('base64url')}"`
+  app.get('/v1/categories', async (request, reply) => {
+    reply.header('cache-control', 'no-cache').header('etag', etag)
+    if (request.headers['if-none-match'] === etag) return await reply.code(304).send()
+    return await reply.header('content-type', 'application/json; charset=utf-8').send(body)
+  })
+} else {
+  app.get('/v1/categories', { schema: { response: { 200: CategoryListSchema } } }, async (_request, reply) => {
+    reply.header('cache-control', 'no-cache')
+    return list
+  })
+}
 
 app.post('/v1/categories', { schema: { body: ref(NewCategorySchema), response: { 201: ref(CategorySchema) } } }, async (request, reply) => {
   const body = request.body as NewCategory

@@ -1,5 +1,6 @@
 /*
- * The load generator, in its own process so it does not share a CPU queue
+ * autocannon as the load generator (BENCH_LOAD=autocannon; wrk is the default,
+ * bench/wrk.ts), in its own process so it does not share a CPU queue
  * with bench/run.ts. Forked with an IPC channel: it receives one LoadSpec per
  * scenario, runs an optional warm-up, tells the parent when the measured part
  * starts (so RSS and CPU sampling cover exactly that window), and answers
@@ -31,7 +32,12 @@ export interface LoadResult {
   durationS: number
   /** Socket errors and timeouts (no HTTP response at all). */
   socketErrors: number
+  /** Responses by status; wrk only tells `1xx-3xx` from `4xx-5xx`. */
   statusCounts: Record<string, number>
+  /** Mean bytes per response, headers included (a 304 scenario answered with 200s shows here). */
+  bytesPerResponse: number
+  /** CPU seconds the load generator used in the measured window. */
+  cpuSeconds: number
 }
 
 export type LoadMessage = { type: 'measuring' } | { type: 'result', result: LoadResult } | { type: 'error', message: string }
@@ -89,7 +95,9 @@ async function run (spec: LoadSpec): Promise<LoadResult> {
     await settle(spec)
   }
   process.send?.({ type: 'measuring' } satisfies LoadMessage)
+  const cpuBefore = process.cpuUsage()
   const result = await cannon(spec, spec.durationS)
+  const cpu = process.cpuUsage(cpuBefore)
   const statusCounts: Record<string, number> = {}
   for (const [code, { count }] of Object.entries(result.statusCodeStats)) statusCounts[code] = count
   return {
@@ -99,7 +107,9 @@ async function run (spec: LoadSpec): Promise<LoadResult> {
     total: result.requests.total,
     durationS: result.duration,
     socketErrors: result.errors, // autocannon counts timeouts among errors
-    statusCounts
+    statusCounts,
+    bytesPerResponse: result.requests.total === 0 ? 0 : Math.round(result.throughput.total / result.requests.total),
+    cpuSeconds: (cpu.user + cpu.system) / 1e6
   }
 }
 

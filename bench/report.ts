@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process'
 import os from 'node:os'
 import { ROOT } from './servers.js'
 import { benchServiceNodeArgs } from './start-command.js'
-import { judge, MEMORY_LIMIT_BYTES, ratio, SCENARIOS, TARGETS, type Measurement, type ScenarioId, type Verdict } from './scenarios.js'
+import { baseline, judge, MEMORY_LIMIT_BYTES, ratio, SCENARIOS, TARGETS, type Baseline, type Measurement, type ScenarioId, type Verdict } from './scenarios.js'
 
 export interface RunInfo {
   began: Date
@@ -13,12 +13,18 @@ export interface RunInfo {
   loadAfter: number[]
   postgresVersion: string
   postgresSource: string
+  /** wrk or autocannon */
+  loadGenerator: string
+  /** Bun's version when the Bun peer ran. */
+  bunVersion: string | undefined
   /** The commit (and uncommitted files under src/ and migrations/) the service was built from, read when the run began. */
   builtFrom: string
   settings: { durationS: number, warmupS: number, rounds: number, connections: number, logLevel: string }
 }
 
 const title = (id: ScenarioId): string => SCENARIOS.find(s => s.id === id)?.title ?? id
+/** The columns of the ratio tables: service/x for every other server, and the fastest database-backed peer. */
+const BASELINES: Baseline[] = ['raw', 'floor', 'ceiling', 'naive', 'express', 'hono', 'bun', 'best peer', 'baseline']
 const mb = (bytes: number): string => (bytes / 2 ** 20).toFixed(0)
 const fmtRatio = (value: number | undefined): string => value === undefined ? 'n/a' : value.toFixed(2)
 
@@ -27,7 +33,7 @@ function git (...args: string[]): string {
 }
 
 function command (info: RunInfo): string {
-  const vars = ['BENCH_DURATION', 'BENCH_WARMUP', 'BENCH_ROUNDS', 'BENCH_CONNECTIONS', 'BENCH_LOG_LEVEL', 'DB_POOL_MAX']
+  const vars = ['BENCH_DURATION', 'BENCH_WARMUP', 'BENCH_ROUNDS', 'BENCH_CONNECTIONS', 'BENCH_LOG_LEVEL', 'BENCH_LOAD', 'BENCH_WRK_THREADS', 'BENCH_SCENARIOS', 'BENCH_SERVERS', 'BENCH_SERVICE_NODE_ARGS', 'DB_POOL_MAX']
     .filter(name => process.env[name] !== undefined && process.env[name] !== '')
     .map(name => `${name}=${process.env[name] ?? ''}`)
   if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') vars.push('DATABASE_URL=…')
@@ -38,9 +44,28 @@ const verdictText = (v: Verdict): string => !v.measured ? 'not measured' : v.met
 
 function targetRows (results: Measurement[]): string[] {
   const { verdicts, memory } = judge(results)
-  const rows = verdicts.map(v => `| ${title(v.target.scenario)} | ${v.target.text} | ${fmtRatio(ratio(results, v.target.scenario, 'naive'))} | ${fmtRatio(ratio(results, v.target.scenario, 'ceiling'))} | ${v.details.join(', ')} | ${verdictText(v)} |`)
-  rows.push(`| memory | service peak RSS ≤ ${mb(MEMORY_LIMIT_BYTES)} MB in every scenario | | | worst ${mb(memory.worst)} MB | ${memory.met ? '**met**' : '**not met**'} |`)
+  const rows = verdicts.map(v => `| ${title(v.target.scenario)} | ${v.target.text} | ${v.details.join(', ')} | ${verdictText(v)} |`)
+  rows.push(`| memory | service peak RSS ≤ ${mb(MEMORY_LIMIT_BYTES)} MB in every scenario | worst ${mb(memory.worst)} MB | ${memory.met ? '**met**' : '**not met**'} |`)
   return rows
+}
+
+function ratioRows (results: Measurement[]): string[] {
+  return SCENARIOS.map(s => {
+    const best = baseline(results, s.id, 'best peer')?.server
+    return `| ${s.title} | ${BASELINES.map(b => fmtRatio(ratio(results, s.id, b)) + (b === 'best peer' && best !== undefined ? ` (${best})` : '')).join(' | ')} |`
+  })
+}
+
+/** Servers whose CPU is all in their own process: the per-CPU-second ratios mean something only between them. */
+const CPU_BASELINES: Baseline[] = ['raw', 'floor', 'ceiling', 'baseline']
+
+/** Only reads: there the service answers from its cache and uses no database either (creates do). */
+const perCoreScenarios = (results: Measurement[]): typeof SCENARIOS =>
+  SCENARIOS.filter(s => s.kind === 'get' && CPU_BASELINES.some(b => ratio(results, s.id, b, 'rpsPerCore') !== undefined))
+
+function perCoreRows (results: Measurement[]): string[] {
+  return perCoreScenarios(results)
+    .map(s => `| ${s.title} | ${CPU_BASELINES.map(b => fmtRatio(ratio(results, s.id, b, 'rpsPerCore'))).join(' | ')} |`)
 }
 
 /** Which code `npm run build` (prebench) just compiled: read at the start, since others may commit while the run goes on. */
@@ -60,32 +85,39 @@ export function markdownReport (results: Measurement[], notes: string[], info: R
     `- date: ${info.began.toISOString()} to ${info.finished.toISOString()}`,
     `- machine: ${os.availableParallelism()} CPUs (\`nproc\`), ${cpu}, ${mb(os.totalmem())} MB RAM, Linux ${os.release()}`,
     `- load average (1, 5, 15 min) before the run ${info.loadBefore.map(l => l.toFixed(2)).join(' ')}, after ${info.loadAfter.map(l => l.toFixed(2)).join(' ')} (other work on the machine makes every number noisier)`,
-    `- node ${process.version}; PostgreSQL ${info.postgresVersion} (${info.postgresSource}); everything on 127.0.0.1`,
+    `- node ${process.version}; Bun ${info.bunVersion ?? 'not run'}; PostgreSQL ${info.postgresVersion} (${info.postgresSource}); everything on 127.0.0.1`,
+    `- load generator: ${info.loadGenerator}${info.loadGenerator === 'wrk' ? ` with ${process.env.BENCH_WRK_THREADS ?? 1} thread(s)` : ''}, ${info.settings.connections} connections`,
     `- service built from ${info.builtFrom}`,
-    `- service: \`${['node', ...benchServiceNodeArgs(), 'dist/server.js'].join(' ')}\`, NODE_ENV=production, LOG_LEVEL=${info.settings.logLevel}, METRICS_PORT=0; naive: Fastify default logging at LOG_LEVEL=${info.settings.logLevel}; ceiling: no logging`,
+    `- service: \`${['node', ...benchServiceNodeArgs(), 'dist/server.js'].join(' ')}\`, NODE_ENV=production, LOG_LEVEL=${info.settings.logLevel}, metrics on (METRICS_PORT on a free port), SHUTDOWN_DRAIN_MS=0; naive, express, hono, bun: no request logging; raw, ceiling: no logging, no database`,
     '',
-    '## Targets (issue 4)',
+    '## Targets (issues 4 and 12)',
     '',
-    '| scenario | target | service/naive | service/ceiling | measured | verdict |',
-    '|---|---|---|---|---|---|',
+    '| scenario | target | measured | verdict |',
+    '|---|---|---|---|',
     ...targetRows(results),
     '',
     '![ratios](ratios.svg)',
     '',
+    '## Ratios: the service\'s requests per second over each server\'s',
+    '',
+    `| scenario | ${BASELINES.map(b => `service/${b}`).join(' | ')} |`,
+    `|---|${BASELINES.map(() => '---:').join('|')}|`,
+    ...ratioRows(results),
+    '',
+    'The same, per CPU second of the server process (requests over the CPU it used: less sensitive to other work on the machine; the database\'s CPU is not counted, so only servers without one are compared, on the reads, which the service answers from its cache):',
+    '',
+    `| scenario | ${CPU_BASELINES.map(b => `service/${b}`).join(' | ')} |`,
+    `|---|${CPU_BASELINES.map(() => '---:').join('|')}|`,
+    ...perCoreRows(results),
+    '',
     '## Every measurement',
     '',
-    'req/s is autocannon\'s mean of per-second samples (with several interleaved rounds, the median round, whose latencies and CPU are shown; every round\'s req/s in the last column; RSS is the peak and failures the sum over all rounds); latencies in ms; failures are socket errors, timeouts and responses with a status the scenario does not accept (anything but 2xx, and 304 in the If-None-Match scenario). CPU is % of one core over the measured window: the server process, the processes of the PostgreSQL server (every process named postgres when DATABASE_URL is used), and the load generator; other CPU is what the rest of the machine used meanwhile (the window had nproc × 100% to share).',
+    'req/s is responses over the measured window (with several interleaved rounds, the median round, whose latencies and CPU are shown; req per CPU s is req/s over the server\'s CPU share, the median over the rounds; every round\'s req/s in the last column; RSS is the peak and failures the sum over all rounds); latencies in ms; failures are socket errors, timeouts and responses with a status the scenario does not accept (wrk tells only 1xx-3xx from 4xx-5xx; bytes/resp, the mean response size with headers, tells a 304 from a 200). CPU is % of one core over the measured window: the server process, the processes of the PostgreSQL server (every process named postgres when DATABASE_URL is used), and the load generator; other CPU is what the rest of the machine used meanwhile (the window had nproc × 100% to share).',
     '',
-    '| scenario | server | req/s | p50 | p99 | failures | statuses | peak RSS MB | server CPU | db CPU | load CPU | other CPU | rounds req/s |',
-    '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|',
+    '| scenario | server | req/s | req per CPU s | p50 | p99 | failures | statuses | bytes/resp | peak RSS MB | server CPU | db CPU | load CPU | other CPU | rounds req/s |',
+    '|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|',
     ...SCENARIOS.flatMap(s => results.filter(r => r.scenario === s.id).map(r =>
-      `| ${s.title} | ${r.server} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${r.socketErrors + r.badResponses} | ${Object.entries(r.statusCounts).map(([c, n]) => `${c}×${n}`).join(' ')} | ${mb(r.peakRssBytes)} | ${r.serverCpu}% | ${r.dbCpu}% | ${r.loadCpu}% | ${r.otherCpu}% | ${(r.rounds ?? [Math.round(r.rps)]).join(' ')} |`)),
-    '',
-    '## Ratios (requests per second)',
-    '',
-    '| scenario | service/naive | service/ceiling |',
-    '|---|---:|---:|',
-    ...SCENARIOS.map(s => `| ${s.title} | ${fmtRatio(ratio(results, s.id, 'naive'))} | ${fmtRatio(ratio(results, s.id, 'ceiling'))}${s.id === 'etag' ? ' (vs ceiling GET 100 rows)' : ''} |`),
+      `| ${s.title} | ${r.server} | ${Math.round(r.rps)} | ${Math.round(r.rpsPerCore)} | ${r.p50} | ${r.p99} | ${r.socketErrors + r.badResponses} | ${Object.entries(r.statusCounts).map(([c, n]) => `${c}×${n}`).join(' ')} | ${r.bytesPerResponse} | ${mb(r.peakRssBytes)} | ${r.serverCpu}% | ${r.dbCpu}% | ${r.loadCpu}% | ${r.otherCpu}% | ${(r.rounds ?? [Math.round(r.rps)]).join(' ')} |`)),
     '',
     '## Notes from this run',
     '',
@@ -103,11 +135,13 @@ function escapeXml (text: string): string {
 export function ratiosSvg (results: Measurement[]): string {
   const bars: Array<{ label: string, value: number | undefined, target: number | undefined }> = []
   for (const s of SCENARIOS) {
-    for (const against of ['naive', 'ceiling'] as const) {
-      const value = ratio(results, s.id, against)
-      const target = TARGETS.find(t => t.scenario === s.id)?.checks.find(c => c.against === against)?.min
+    const checks = TARGETS.find(t => t.scenario === s.id)?.checks ?? []
+    // Every target, and the raw limit in every scenario.
+    for (const b of new Set<Baseline>(['raw', ...checks.map(c => c.against)])) {
+      const value = ratio(results, s.id, b)
+      const target = checks.find(c => c.against === b)?.min
       if (value === undefined && target === undefined) continue
-      bars.push({ label: `${s.title} · service/${against}${s.id === 'etag' && against === 'ceiling' ? ' (GET 100)' : ''}`, value, target })
+      bars.push({ label: `${s.title} · service/${b}`, value, target })
     }
   }
   const labelWidth = 330
@@ -122,7 +156,7 @@ export function ratiosSvg (results: Measurement[]): string {
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="${width}" height="${height}" fill="#ffffff"/>`,
-    '<text x="10" y="22" font-size="15" font-weight="bold">Service throughput ratios (bars) and the targets of issue 4 (black ticks)</text>'
+    '<text x="10" y="22" font-size="15" font-weight="bold">Service throughput ratios (bars) and the targets of issues 4 and 12 (black ticks)</text>'
   ]
   for (let v = 0; v <= max; v += 0.5) {
     parts.push(`<line x1="${x(v)}" y1="${top - 4}" x2="${x(v)}" y2="${top + bars.length * rowHeight}" stroke="${v === 1 ? '#888888' : '#e4e4e4'}"/>`)
@@ -153,13 +187,13 @@ export function consoleSummary (results: Measurement[], notes: string[]): string
       lines.push(pad(s.title, 32) + pad(r.server, 9) + pad(String(Math.round(r.rps)), 9) + pad(String(r.p50), 7) + pad(String(r.p99), 7) + pad(String(r.socketErrors + r.badResponses), 7) + pad(mb(r.peakRssBytes), 8) + `${r.otherCpu}%`)
     }
   }
-  lines.push('', pad('scenario', 32) + pad('svc/naive', 11) + pad('svc/ceil', 11) + 'target')
+  lines.push('', pad('service over', 32) + BASELINES.map(b => pad(b, 11)).join(''))
+  for (const s of SCENARIOS) lines.push(pad(s.title, 32) + BASELINES.map(b => pad(fmtRatio(ratio(results, s.id, b)), 11)).join(''))
+  lines.push('', pad('per CPU second, service over', 32) + CPU_BASELINES.map(b => pad(b, 11)).join(''))
+  for (const s of perCoreScenarios(results)) lines.push(pad(s.title, 32) + CPU_BASELINES.map(b => pad(fmtRatio(ratio(results, s.id, b, 'rpsPerCore')), 11)).join(''))
   const { verdicts, memory } = judge(results)
-  for (const s of SCENARIOS) {
-    const verdict = verdicts.find(v => v.target.scenario === s.id)
-    lines.push(pad(s.title, 32) + pad(fmtRatio(ratio(results, s.id, 'naive')), 11) + pad(fmtRatio(ratio(results, s.id, 'ceiling')), 11) +
-      (verdict === undefined ? '' : `${verdictText(verdict).replace(/\*/g, '').toUpperCase()}: ${verdict.target.text}`))
-  }
+  lines.push('')
+  for (const v of verdicts) lines.push(`${verdictText(v).replace(/\*/g, '').toUpperCase()}: ${title(v.target.scenario)}: ${v.target.text}: ${v.details.join(', ')}`)
   lines.push(`memory: worst service peak RSS ${mb(memory.worst)} MB: ${memory.met ? 'MET' : 'NOT MET'} (≤ ${mb(MEMORY_LIMIT_BYTES)} MB)`)
   for (const note of notes) lines.push(`note: ${note}`)
   return lines.join('\n') + '\n'

@@ -1,6 +1,7 @@
 /*
- * npm run bench: the service, the naive implementation and the framework's
- * ceiling, measured side by side in one run on loopback. See bench/README.md.
+ * npm run bench: the service, the raw Node limit, the Fastify ceiling and the
+ * database-backed peers (naive Fastify + pg, Express + pg, Hono + postgres.js,
+ * Elysia + Bun.SQL), measured side by side in one run on loopback. See bench/README.md.
  *
  * Two phases, each on fresh databases and fresh server processes, one server at
  * a time: 100 rows (GET list, GET with If-None-Match, mixed 95/5), then 10,000
@@ -17,7 +18,7 @@ import { cpuSeconds, machineBusyCpuSeconds, postgresCpuSeconds, watchPeakRss } f
 import { buildSource, consoleSummary, markdownReport, ratiosSvg, type RunInfo } from './report.js'
 import { SCENARIOS, type Measurement, type Scenario } from './scenarios.js'
 import {
-  AUTH, ROOT, numberFromEnv, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer,
+  AUTH, IN_MEMORY, ROOT, bunVersion, ensurePeers, numberFromEnv, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer,
   type LoadGenerator, type Postgres, type RunningServer, type ServerKind
 } from './servers.js'
 
@@ -31,11 +32,11 @@ const settings = {
   outDir: process.env.BENCH_OUT ?? path.join(ROOT, 'bench'),
   /** A comma-separated subset of scenario ids (get100,etag,mixed,get10k,post), for quick checks; all by default. */
   only: (process.env.BENCH_SCENARIOS ?? '').split(',').filter(id => id !== ''),
-  /** A comma-separated subset of servers (service,naive,ceiling), for quick checks; all by default. */
+  /** A comma-separated subset of servers (raw,floor,ceiling,naive,express,hono,bun,baseline,service), for quick checks; all by default. */
   servers: (process.env.BENCH_SERVERS ?? '').split(',').filter(id => id !== '')
 }
 
-const SERVER_ORDER: ServerKind[] = ['ceiling', 'naive', 'service']
+const SERVER_ORDER: ServerKind[] = ['raw', 'floor', 'ceiling', 'naive', 'express', 'hono', 'bun', ...(process.env.BENCH_BASELINE_DIR === undefined ? [] : ['baseline' as const]), 'service']
 const runId = Date.now().toString(36)
 
 function log (message: string): void {
@@ -44,7 +45,7 @@ function log (message: string): void {
 
 async function measure (scenario: Scenario, server: RunningServer, load: LoadGenerator, postgres: Postgres, headers: Record<string, string>): Promise<Measurement> {
   let rss: ReturnType<typeof watchPeakRss> | undefined
-  let start = { at: 0, server: 0, db: 0, load: 0, machine: 0 }
+  let start = { at: 0, server: 0, db: 0, machine: 0 }
   const result = await load.run({
     url: server.url,
     kind: scenario.kind,
@@ -58,18 +59,21 @@ async function measure (scenario: Scenario, server: RunningServer, load: LoadGen
     namePrefix: `bench-${runId}-${server.kind}-${scenario.id}`
   }, () => {
     rss = watchPeakRss(server.pid)
-    start = { at: performance.now(), server: cpuSeconds(server.pid), db: postgresCpuSeconds(postgres.postmasterPid), load: cpuSeconds(load.pid), machine: machineBusyCpuSeconds() }
+    start = { at: performance.now(), server: cpuSeconds(server.pid), db: postgresCpuSeconds(postgres.postmasterPid), machine: machineBusyCpuSeconds() }
   })
   const peakRssBytes = rss?.stop() ?? 0
   const elapsedS = (performance.now() - start.at) / 1000
   // Never below zero: a process that exits during the window takes its CPU time with it.
   const percent = (now: number, then: number): number => Math.max(0, Math.round((now - then) / elapsedS * 100))
   const serverCpu = percent(cpuSeconds(server.pid), start.server)
-  const dbCpu = server.kind === 'ceiling' ? 0 : percent(postgresCpuSeconds(postgres.postmasterPid), start.db)
-  const loadCpu = percent(cpuSeconds(load.pid), start.load)
+  const dbCpu = IN_MEMORY.includes(server.kind) ? 0 : percent(postgresCpuSeconds(postgres.postmasterPid), start.db)
+  const loadCpu = Math.round(result.cpuSeconds / elapsedS * 100)
   const otherCpu = Math.max(0, percent(machineBusyCpuSeconds(), start.machine) - serverCpu - dbCpu - loadCpu)
   let badResponses = 0
-  for (const [code, count] of Object.entries(result.statusCounts)) if (!scenario.ok(Number(code))) badResponses += count
+  // wrk reports `1xx-3xx` and `4xx-5xx`; autocannon every status.
+  for (const [code, count] of Object.entries(result.statusCounts)) {
+    if (code === '4xx-5xx' || (code !== '1xx-3xx' && !scenario.ok(Number(code)))) badResponses += count
+  }
   return {
     server: server.kind,
     scenario: scenario.id,
@@ -80,8 +84,10 @@ async function measure (scenario: Scenario, server: RunningServer, load: LoadGen
     socketErrors: result.socketErrors,
     badResponses,
     statusCounts: result.statusCounts,
+    bytesPerResponse: result.bytesPerResponse,
     peakRssBytes,
     serverCpu,
+    rpsPerCore: serverCpu === 0 ? 0 : result.rps / (serverCpu / 100),
     dbCpu,
     loadCpu,
     otherCpu
@@ -111,6 +117,11 @@ async function restoreTable (databaseUrl: string, rows: number): Promise<number>
   }
 }
 
+function middle (values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.floor((sorted.length - 1) / 2)] ?? 0
+}
+
 /** Of several rounds, the one with the median throughput; RSS is the peak and failures the sum over all of them. */
 function combineRounds (rounds: Measurement[]): Measurement {
   const sorted = [...rounds].sort((a, b) => a.rps - b.rps)
@@ -124,6 +135,7 @@ function combineRounds (rounds: Measurement[]): Measurement {
     badResponses: rounds.reduce((sum, r) => sum + r.badResponses, 0),
     statusCounts,
     peakRssBytes: Math.max(...rounds.map(r => r.peakRssBytes)),
+    rpsPerCore: middle(rounds.map(r => r.rpsPerCore)),
     rounds: rounds.map(r => Math.round(r.rps))
   }
 }
@@ -148,19 +160,20 @@ async function runPhase (rows: number, postgres: Postgres, load: LoadGenerator, 
   if (kinds.length === 0) return
   const seed = seedRows(rows)
   const expectedBody = JSON.stringify(seed)
-  const ceilingData = path.join(postgres.workDir, `ceiling-${rows}.json`)
+  const ceilingData = path.join(postgres.workDir, `rows-${rows}.json`)
   writeFileSync(ceilingData, expectedBody)
   const servers = new Map<ServerKind, RunningServer>()
   const databases = new Map<ServerKind, string>()
   try {
     for (const kind of kinds) {
       const label = `${kind}-${rows}`
-      const databaseUrl = kind === 'ceiling' ? undefined : await postgres.createDatabase(`bench_${runId}_${kind}_${rows}`)
+      const inMemory = IN_MEMORY.includes(kind)
+      const databaseUrl = inMemory ? undefined : await postgres.createDatabase(`bench_${runId}_${kind}_${rows}`)
       log(`${label}: starting`)
-      const server = await startServer(kind, { databaseUrl, ceilingData, logLevel: settings.logLevel, workDir: postgres.workDir, label })
+      const server = await startServer(kind, { databaseUrl, ...(inMemory ? { ceilingData } : {}), logLevel: settings.logLevel, workDir: postgres.workDir, label })
       servers.set(kind, server)
       if (databaseUrl !== undefined) databases.set(kind, databaseUrl)
-      if (kind !== 'ceiling') {
+      if (!inMemory) {
         const started = performance.now()
         await seedThroughApi(server.url, seed)
         log(`${label}: seeded ${rows} rows through POST in ${Math.round(performance.now() - started)} ms`)
@@ -183,10 +196,14 @@ async function runPhase (rows: number, postgres: Postgres, load: LoadGenerator, 
           }
           const label = `${kind}-${rows} ${scenario.title}${settings.rounds > 1 ? ` round ${round + 1}/${settings.rounds}` : ''}`
           const m = await measure(scenario, server, load, postgres, headers)
+          // wrk does not tell 304 from 200: a 304 has no body, so its responses must be far smaller than the list.
+          if (scenario.id === 'etag' && headers['if-none-match'] !== '"no-etag-was-sent"' && m.bytesPerResponse > Buffer.byteLength(expectedBody) / 2) {
+            notes.push(`${kind}: ${label}: ${m.bytesPerResponse} bytes per response, as large as the list: If-None-Match was not answered with 304`)
+          }
           rounds.set(kind, [...(rounds.get(kind) ?? []), m])
           const databaseUrl = databases.get(kind)
           if (scenario.kind !== 'get' && databaseUrl !== undefined) grown.set(kind, [...(grown.get(kind) ?? []), await restoreTable(databaseUrl, rows)])
-          log(`${label}: ${Math.round(m.rps)} req/s, p50 ${m.p50} ms, p99 ${m.p99} ms, failures ${m.socketErrors + m.badResponses}, peak RSS ${(m.peakRssBytes / 2 ** 20).toFixed(0)} MB, other CPU ${m.otherCpu}%, statuses ${JSON.stringify(m.statusCounts)}`)
+          log(`${label}: ${Math.round(m.rps)} req/s (${Math.round(m.rpsPerCore)} per CPU second), p50 ${m.p50} ms, p99 ${m.p99} ms, failures ${m.socketErrors + m.badResponses}, peak RSS ${(m.peakRssBytes / 2 ** 20).toFixed(0)} MB, other CPU ${m.otherCpu}%, statuses ${JSON.stringify(m.statusCounts)}`)
         }
       }
       for (const kind of mine) results.push(combineRounds(rounds.get(kind) ?? []))
@@ -206,9 +223,12 @@ async function main (): Promise<void> {
   const loadBefore = os.loadavg()
   if ((loadBefore[0] ?? 0) > os.availableParallelism() / 2) log(`warning: the machine is busy (load average ${loadBefore.map(l => l.toFixed(2)).join(' ')}); results will be noisy`)
   log(`BENCH_DURATION=${settings.durationS} BENCH_WARMUP=${settings.warmupS} BENCH_ROUNDS=${settings.rounds} BENCH_CONNECTIONS=${settings.connections} BENCH_LOG_LEVEL=${settings.logLevel}`)
+  const wanted = SERVER_ORDER.filter(k => settings.servers.length === 0 || settings.servers.includes(k))
+  if (wanted.some(k => k === 'bun' || k === 'express' || k === 'hono')) ensurePeers(log)
+  const load = await startLoadGenerator(log)
+  log(`load generator: ${load.name}`)
   const postgres = await startPostgres()
   log(`PostgreSQL ${postgres.version} (${postgres.source}); work directory ${postgres.workDir}`)
-  const load = await startLoadGenerator()
   const results: Measurement[] = []
   const notes: string[] = []
   try {
@@ -218,7 +238,7 @@ async function main (): Promise<void> {
     await load.stop()
     await postgres.stop()
   }
-  const info: RunInfo = { began, finished: new Date(), builtFrom, loadBefore, loadAfter: os.loadavg(), postgresVersion: postgres.version, postgresSource: postgres.source, settings }
+  const info: RunInfo = { began, finished: new Date(), builtFrom, loadBefore, loadAfter: os.loadavg(), postgresVersion: postgres.version, postgresSource: postgres.source, loadGenerator: load.name, bunVersion: wanted.includes('bun') ? bunVersion() : undefined, settings }
   await mkdir(settings.outDir, { recursive: true })
   await writeFile(path.join(settings.outDir, 'results.md'), markdownReport(results, notes, info))
   await writeFile(path.join(settings.outDir, 'ratios.svg'), ratiosSvg(results))

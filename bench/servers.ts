@@ -3,8 +3,9 @@
  * embedded one in a temporary directory), a fresh database per server, each
  * server in its own child process, and the load generator in another.
  */
-import { fork, spawn, type ChildProcess } from 'node:child_process'
+import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
+import { existsSync, statSync } from 'node:fs'
 import { chmod, mkdtemp, open, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -13,6 +14,7 @@ import pg from 'pg'
 import { freePort, startEmbeddedPostgres } from '../src/db/embedded.js'
 import type { LoadMessage, LoadResult, LoadSpec } from './load.js'
 import { benchServiceNodeArgs } from './start-command.js'
+import { ensureWrk, wrkLoadGenerator } from './wrk.js'
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url))
 export const API_KEY = 'bench-key-0123456789abcdef'
@@ -27,7 +29,18 @@ export function numberFromEnv (name: string, fallback: number): number {
   return value
 }
 
-export type ServerKind = 'service' | 'naive' | 'ceiling'
+/**
+ * raw: node:http alone (the limit); floor: Fastify sending a cached Buffer, no hooks; ceiling: Fastify
+ * serializing an in-memory list; naive: Fastify + pg; express: Express + pg; hono: Hono + postgres.js
+ * on Node; bun: Elysia + Bun.SQL on Bun; service: npm start; baseline: the service built in
+ * BENCH_BASELINE_DIR (another checkout), for before/after ratios in one run.
+ */
+export type ServerKind = 'raw' | 'floor' | 'ceiling' | 'naive' | 'express' | 'hono' | 'bun' | 'baseline' | 'service'
+
+/** Servers that read and write PostgreSQL (the service's peers). */
+export const DATABASE_PEERS: ServerKind[] = ['naive', 'express', 'hono', 'bun']
+/** Servers that serve the rows from memory (CEILING_DATA) instead of a database. */
+export const IN_MEMORY: ServerKind[] = ['raw', 'floor', 'ceiling']
 
 export interface Postgres {
   /** Where the temporary files (logs, ceiling data, embedded data) live. */
@@ -109,6 +122,8 @@ export interface ServerOptions {
   logLevel: string
   workDir: string
   label: string
+  /** Extra node flags (bench/profile.ts: --cpu-prof); for the service they come after npm start's. */
+  nodeArgs?: string[]
 }
 
 async function waitUntilServing (url: string, child: ChildProcess, logFile: string): Promise<void> {
@@ -125,12 +140,55 @@ async function waitUntilServing (url: string, child: ChildProcess, logFile: stri
   throw new Error(`server did not answer within 60 s; see ${logFile}`)
 }
 
-/** The service as production runs it (npm start's flags); naive and ceiling through tsx. */
+/** How a server is started: its command, arguments, environment and directory. */
+interface Launch { command: string, args: string[], env: NodeJS.ProcessEnv, cwd?: string }
+
+const PEERS = path.join(ROOT, 'bench', 'peers')
+const BUN = path.join(PEERS, 'node_modules', '.bin', 'bun')
+
+/** The peers' own dependencies (bench/peers/package.json), installed from their lockfile on first use and when it changes. */
+export function ensurePeers (log: (message: string) => void): void {
+  const installed = path.join(PEERS, 'node_modules', '.package-lock.json')
+  if (existsSync(installed) && statSync(installed).mtimeMs >= statSync(path.join(PEERS, 'package-lock.json')).mtimeMs) return
+  log('installing the peers\' dependencies (npm ci in bench/peers)')
+  execFileSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: PEERS, stdio: ['ignore', 'ignore', 'inherit'] })
+}
+
+/** The Bun version the peers run on, for the report. */
+export function bunVersion (): string {
+  try { return execFileSync(BUN, ['--version'], { encoding: 'utf8' }).trim() } catch { return 'not installed' }
+}
+
+function launch (kind: ServerKind, metricsPort: number, nodeArgs: string[]): Launch {
+  switch (kind) {
+    case 'service':
+    case 'baseline': {
+      const cwd = kind === 'service' ? ROOT : process.env.BENCH_BASELINE_DIR
+      if (cwd === undefined || cwd === '') throw new Error('the baseline server needs BENCH_BASELINE_DIR (a checkout with dist/ built)')
+      // Production mode, metrics on (their own port, as deployed); only the drain pause on SIGTERM is skipped (it slows teardown).
+      return { command: process.execPath, args: [...benchServiceNodeArgs(), ...nodeArgs, 'dist/server.js'], env: { NODE_ENV: 'production', METRICS_PORT: String(metricsPort), SHUTDOWN_DRAIN_MS: '0' }, cwd }
+    }
+    case 'floor':
+      return { command: process.execPath, args: [...nodeArgs, '--import', 'tsx', 'bench/ceiling.ts'], env: { NODE_ENV: 'production', CEILING_BODY: 'buffer' } }
+    case 'raw':
+    case 'ceiling':
+    case 'naive':
+      return { command: process.execPath, args: [...nodeArgs, '--import', 'tsx', `bench/${kind}.ts`], env: { NODE_ENV: 'production' } }
+    case 'express':
+    case 'hono':
+      return { command: process.execPath, args: [...nodeArgs, `bench/peers/${kind}.js`], env: { NODE_ENV: 'production' } }
+    case 'bun':
+      return { command: BUN, args: ['bench/peers/elysia.js'], env: { NODE_ENV: 'production' } }
+  }
+}
+
+/** Starts one server in its own process, its stdout and stderr in a log file, and waits until it answers. */
 export async function startServer (kind: ServerKind, options: ServerOptions): Promise<RunningServer> {
   const port = await freePort()
   const url = `http://127.0.0.1:${port}`
   const logFile = path.join(options.workDir, `${options.label}.log`)
   const log = await open(logFile, 'a')
+  const how = launch(kind, await freePort(), options.nodeArgs ?? [])
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
@@ -139,21 +197,12 @@ export async function startServer (kind: ServerKind, options: ServerOptions): Pr
     API_KEYS: API_KEY,
     LOG_LEVEL: options.logLevel,
     ...(process.env.DB_POOL_MAX === undefined ? {} : { DB_POOL_MAX: process.env.DB_POOL_MAX }),
-    ...(options.databaseUrl === undefined ? {} : { DATABASE_URL: options.databaseUrl })
+    ...(process.env.DB_PREPARED_STATEMENTS === undefined ? {} : { DB_PREPARED_STATEMENTS: process.env.DB_PREPARED_STATEMENTS }),
+    ...(options.databaseUrl === undefined ? {} : { DATABASE_URL: options.databaseUrl }),
+    ...(options.ceilingData === undefined ? {} : { CEILING_DATA: options.ceilingData }),
+    ...how.env
   }
-  const args = kind === 'service'
-    ? [...benchServiceNodeArgs(), 'dist/server.js']
-    : ['--import', 'tsx', `bench/${kind}.ts`]
-  const childEnv: NodeJS.ProcessEnv = kind === 'service'
-    // Production mode; no metrics listener; no drain pause on SIGTERM (it only slows the benchmark's teardown).
-    ? {
-        ...env,
-        NODE_ENV: 'production',
-        METRICS_PORT: '0',
-        SHUTDOWN_DRAIN_MS: '0'
-      }
-    : { ...env, NODE_ENV: 'production', ...(options.ceilingData === undefined ? {} : { CEILING_DATA: options.ceilingData }) }
-  const child = spawn(process.execPath, args, { cwd: ROOT, env: childEnv, stdio: ['ignore', log.fd, log.fd] })
+  const child = spawn(how.command, how.args, { cwd: how.cwd ?? ROOT, env, stdio: ['ignore', log.fd, log.fd] })
   const exited = once(child, 'exit')
   await log.close()
   if (child.pid === undefined) throw new Error(`could not start ${kind}`)
@@ -179,18 +228,29 @@ export async function startServer (kind: ServerKind, options: ServerOptions): Pr
 }
 
 export interface LoadGenerator {
-  pid: number
+  /** wrk or autocannon */
+  name: string
   /** Runs one scenario; onMeasuring is called when the warm-up is over and the measured window begins. */
   run: (spec: LoadSpec, onMeasuring: () => void) => Promise<LoadResult>
   stop: () => Promise<void>
 }
 
-export async function startLoadGenerator (): Promise<LoadGenerator> {
+/** BENCH_LOAD: wrk (default) or autocannon (the soak's, which needs a steady rate wrk cannot hold). */
+export async function startLoadGenerator (log: (message: string) => void, which = process.env.BENCH_LOAD ?? 'wrk'): Promise<LoadGenerator> {
+  if (which === 'wrk') {
+    log(ensureWrk(log))
+    return wrkLoadGenerator()
+  }
+  if (which !== 'autocannon') throw new Error(`BENCH_LOAD must be wrk or autocannon, got "${which}"`)
+  return startAutocannon()
+}
+
+async function startAutocannon (): Promise<LoadGenerator> {
   const child = fork(path.join(ROOT, 'bench/load.ts'), [], { cwd: ROOT, execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
   const exited = once(child, 'exit')
   if (child.pid === undefined) throw new Error('could not start the load generator')
   return {
-    pid: child.pid,
+    name: 'autocannon',
     run: async (spec, onMeasuring) => await new Promise((resolve, reject) => {
       const onMessage = (message: LoadMessage): void => {
         if (message.type === 'measuring') { onMeasuring(); return }

@@ -43,7 +43,8 @@ async function main (): Promise<number> {
   if (process.env.SOAK_SKIP_BUILD !== '1') execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] })
   log(`SOAK_DURATION=${settings.durationS} SOAK_WARMUP=${settings.warmupS} SOAK_RATE=${settings.rate} SOAK_CONNECTIONS=${settings.connections} SOAK_ROWS=${settings.seedRows}`)
   const postgres = await startPostgres()
-  const load = await startLoadGenerator()
+  // autocannon: it holds a steady request rate (wrk cannot).
+  const load = await startLoadGenerator(log, 'autocannon')
   try {
     const server = await startServer('service', {
       databaseUrl: await postgres.createDatabase(`soak_${Date.now().toString(36)}`),

@@ -9,7 +9,8 @@
 // After COMMAND it polls GET /health/ready on fresh connections and records:
 //  - ms until ready answered 503, how many API requests still succeeded during the drain,
 //  - whether every response after the signal carried `Connection: close`,
-//  - any request that failed other than by a refused connection once the listener closed.
+//  - any request that failed other than by a refused new connection once the listener closed
+//    (or, through a port-forwarding proxy such as docker-proxy, one accepted and dropped).
 // Prints one JSON line and exits 0 when the shutdown behaved, 1 otherwise. Bounded: 60 s.
 import http from 'node:http'
 import net from 'node:net'
@@ -37,7 +38,7 @@ function request (path, { agent = false, headers = {} } = {}) {
       res.on('error', reject)
     })
     req.on('timeout', () => req.destroy(new Error('timeout')))
-    req.on('error', reject)
+    req.on('error', (err) => { err.reusedSocket = req.reusedSocket; reject(err) })
     req.end()
   })
 }
@@ -82,8 +83,14 @@ const result = {
   drainApiWithoutConnectionClose: 0,
   failures: [],
   listenerClosedAfterMs: null,
+  listenerClosedSeenAs: null,
   idleKeepAliveClosedAfterMs: null
 }
+// The listener has closed when a new connection is refused, or, through a port-forwarding
+// proxy (docker-proxy behind a published port), accepted and then dropped without an answer
+// once the instance has begun shutting down. A reset on a reused keep-alive socket never counts.
+const listenerGone = (err) => err.code === 'ECONNREFUSED' ||
+  (err.code === 'ECONNRESET' && !err.reusedSocket && result.readyTurned503AfterMs !== null)
 const deadline = signalledAt + 60_000
 while (Date.now() < deadline) {
   let closed = false
@@ -92,7 +99,7 @@ while (Date.now() < deadline) {
     if (r.status === 503 && result.readyTurned503AfterMs === null) result.readyTurned503AfterMs = Date.now() - signalledAt
     if (r.status === 200 && result.readyTurned503AfterMs !== null) result.failures.push('ready answered 200 after 503')
   } catch (err) {
-    if (err.code === 'ECONNREFUSED') closed = true
+    if (listenerGone(err)) closed = err.code
     else result.failures.push(`ready: ${err.code ?? err.message}`)
   }
   if (!closed) {
@@ -103,12 +110,13 @@ while (Date.now() < deadline) {
       // Counted from the moment the instance shows it has seen the signal (ready 503).
       if (r.connection !== 'close' && result.readyTurned503AfterMs !== null) result.drainApiWithoutConnectionClose++
     } catch (err) {
-      if (err.code === 'ECONNREFUSED') closed = true
-      else result.failures.push(`api: ${err.code ?? err.message}`)
+      if (listenerGone(err)) closed = err.code
+      else result.failures.push(`api: ${err.code ?? err.message}${err.reusedSocket ? ' on a reused socket' : ''}`)
     }
   }
   if (closed) {
     result.listenerClosedAfterMs = Date.now() - signalledAt
+    result.listenerClosedSeenAs = closed
     break
   }
   await sleep(100)

@@ -1,11 +1,11 @@
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { errorResponses, notFound, validationFailed } from '../http/errors.js'
+import { ApiError, errorResponses, notFound, validationFailed } from '../http/errors.js'
 import { rejectOtherMethods } from '../http/method-not-allowed.js'
 import { ref } from '../http/shared-schemas.js'
 import type { CategoryCreateBatcher } from './create-batcher.js'
-import { requestHash, type IdempotencyStore } from './idempotency.js'
-import { ifNoneMatchHits, type CategoryListCache, type ListSerializer } from './list-cache.js'
+import { requestHash, type IdempotencyStore, type Outcome } from './idempotency.js'
+import { ifNoneMatchHits, type CategoryListCache, type ListSerializer, type SerializedList } from './list-cache.js'
 import type { CategoryRepository } from './repository.js'
 import { CategoryListSchema, CategoryParamsSchema, CategorySchema, CreateCategoryHeadersSchema, MAX_ID, NewCategorySchema, patternRules, ID_PATTERN, type Category } from './schemas.js'
 
@@ -36,12 +36,20 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
         ...errorResponses(401, 429, 500, 503)
       }
     }
-  }, async (request, reply) => {
+  }, (request, reply) => {
+    const sendList = (list: SerializedList): void => {
+      reply.header('cache-control', 'no-cache').header('etag', list.etag)
+      if (ifNoneMatchHits(request.headers['if-none-match'], list.etag)) reply.code(304).send()
+      else reply.header('content-type', 'application/json; charset=utf-8').send(list.body)
+    }
+    // A cache hit is answered at once, with no promise for Fastify to wait for.
+    const hit = listCache.cached()
+    if (hit !== undefined) {
+      sendList(hit)
+      return
+    }
     // The route's own compiled 200 serializer: the cached body is exactly what the schema would produce.
-    const list = await listCache.read(reply.getSerializationFunction('200') as unknown as ListSerializer)
-    reply.header('cache-control', 'no-cache').header('etag', list.etag)
-    if (ifNoneMatchHits(request.headers['if-none-match'], list.etag)) return await reply.code(304).send()
-    return await reply.header('content-type', 'application/json; charset=utf-8').send(list.body)
+    return listCache.read(reply.getSerializationFunction('200') as unknown as ListSerializer).then(sendList)
   })
 
   api.post('/v1/categories', {
@@ -54,7 +62,7 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
       headers: CreateCategoryHeadersSchema,
       body: ref(NewCategorySchema),
       response: {
-        201: ref(CategorySchema),
+        201: ref(CategorySchema, { description: 'Created and committed: the stored category; Location is its URL' }),
         ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503)
       }
     }
@@ -68,27 +76,26 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
     }
 
     // With an Idempotency-Key the row and the remembered answer commit together (one transaction, no batching).
-    const owner = request.apiKeyDigest as Buffer
-    const claim = await idempotency.claim(owner, key, requestHash(request.body))
-    if (claim.kind === 'replay') {
-      const { status, body, location: stored } = claim.response
-      if (stored !== null) reply.header('location', stored)
-      return await reply.code(status as 201).header('idempotent-replayed', 'true').header('content-type', 'application/json; charset=utf-8').send(body as never)
-    }
     const serialize = reply.getSerializationFunction('201') as unknown as (category: Category) => string
-    let created: { category: Category, body: string }
+    let outcome: Outcome<{ category: Category, body: string }>
     try {
-      created = await idempotency.complete(owner, key, claim.token, async client => {
+      outcome = await idempotency.execute(request.apiKeyDigest as Buffer, key, requestHash(request.body), async client => {
         const category = await categories.insertWith(client, request.body)
         const body = serialize(category)
         return { result: { category, body }, response: { status: 201, body, location: location(category) } }
       })
     } catch (err) {
-      listCache.createFailed()
-      await idempotency.release(owner, key, claim.token).catch(() => {})
+      // A refusal (409, 422) wrote nothing; any other failure may have committed before its answer was lost.
+      if (!(err instanceof ApiError && err.status < 500)) listCache.createFailed()
       throw err
     }
+    if (outcome.kind === 'replay') {
+      const { status, body, location: stored } = outcome.response
+      if (stored !== null) reply.header('location', stored)
+      return await reply.code(status as 201).header('idempotent-replayed', 'true').header('content-type', 'application/json; charset=utf-8').send(body as never)
+    }
     // Committed: the next list read on this instance must see it, whatever the change feed is doing.
+    const created = outcome.result
     listCache.created([created.category])
     return await reply.code(201).header('location', location(created.category)).header('content-type', 'application/json; charset=utf-8').send(created.body as never)
   })
@@ -103,7 +110,7 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
       security,
       params: CategoryParamsSchema,
       response: {
-        200: ref(CategorySchema),
+        200: ref(CategorySchema, { description: 'The category with this id' }),
         ...errorResponses(400, 401, 404, 429, 500, 503)
       }
     }

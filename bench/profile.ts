@@ -1,0 +1,98 @@
+/*
+ * npm run bench:profile: where every microsecond of a request goes. Starts the
+ * service (as the bench does: npm start's flags, metrics on, LOG_LEVEL=info)
+ * and the raw node:http limit with --cpu-prof, puts each under the same wrk
+ * load as the bench (GET /v1/categories with 100 rows, then the same GET with
+ * If-None-Match), and prints, per server and scenario, the CPU time per
+ * request by part of the request path (bench/cpu-profile.ts) and the top
+ * functions by self time. The measured windows are cut out of each profile by
+ * time: V8's profile clock and process.hrtime are both CLOCK_MONOTONIC.
+ * Writes PROFILE_OUT/profile.md, the .cpuprofile files (open them in Chrome
+ * DevTools or speedscope) and a .folded file per window for flame graph tools.
+ */
+import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { analyse, perRequestTable, type CpuProfile } from './cpu-profile.js'
+import { AUTH, IN_MEMORY, ROOT, numberFromEnv, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer, type ServerKind } from './servers.js'
+
+const settings = {
+  durationS: numberFromEnv('PROFILE_DURATION', 10),
+  warmupS: numberFromEnv('PROFILE_WARMUP', 3),
+  intervalUs: numberFromEnv('PROFILE_INTERVAL_US', 250),
+  outDir: path.resolve(process.env.PROFILE_OUT ?? path.join(ROOT, 'bench', '.tmp', 'profiles')),
+  servers: (process.env.PROFILE_SERVERS ?? 'raw,service').split(',').filter(s => s !== '') as ServerKind[]
+}
+
+const log = (message: string): void => { process.stderr.write(`[profile] ${message}\n`) }
+const nowUs = (): number => Number(process.hrtime.bigint() / 1000n)
+
+interface Window { server: ServerKind, scenario: string, fromUs: number, toUs: number, requests: number, rps: number }
+
+async function main (): Promise<void> {
+  await mkdir(settings.outDir, { recursive: true })
+  const load = await startLoadGenerator(log, 'wrk')
+  const postgres = await startPostgres()
+  const windows: Window[] = []
+  const rows = seedRows(100)
+  const rowsFile = path.join(postgres.workDir, 'rows-100.json')
+  await writeFile(rowsFile, JSON.stringify(rows))
+  try {
+    for (const kind of settings.servers) {
+      const profileDir = path.join(settings.outDir, kind)
+      await mkdir(profileDir, { recursive: true })
+      for (const old of await readdir(profileDir)) if (old.endsWith('.cpuprofile')) await rm(path.join(profileDir, old))
+      const inMemory = IN_MEMORY.includes(kind)
+      const server = await startServer(kind, {
+        ...(inMemory ? { ceilingData: rowsFile } : { databaseUrl: await postgres.createDatabase(`profile_${kind}_${Date.now().toString(36)}`) }),
+        logLevel: 'info',
+        workDir: postgres.workDir,
+        label: `${kind}-profile`,
+        nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-interval=${settings.intervalUs}`]
+      })
+      try {
+        if (!inMemory) await seedThroughApi(server.url, rows)
+        const first = await fetch(`${server.url}/v1/categories`, { headers: AUTH })
+        await first.arrayBuffer()
+        const etag = first.headers.get('etag') ?? '"none"'
+        for (const [scenario, headers] of [['get100', AUTH], ['etag', { ...AUTH, 'if-none-match': etag }]] as const) {
+          let fromUs = 0
+          const result = await load.run({ url: server.url, kind: 'get', path: '/v1/categories', headers, connections: 50, durationS: settings.durationS, warmupS: settings.warmupS, rate: 0, postEvery: 20, namePrefix: 'profile' }, () => { fromUs = nowUs() })
+          const toUs = nowUs()
+          windows.push({ server: kind, scenario, fromUs, toUs, requests: result.total, rps: result.rps })
+          log(`${kind} ${scenario}: ${Math.round(result.rps)} req/s, ${result.bytesPerResponse} bytes per response, failures ${result.socketErrors + (result.statusCounts['4xx-5xx'] ?? 0)}`)
+        }
+      } finally {
+        await server.stop() // the profile is written as the process exits
+      }
+    }
+  } finally {
+    await load.stop()
+    await postgres.stop()
+  }
+
+  const report: string[] = ['# Where the CPU time of a request goes', '', `wrk, 50 connections, ${settings.durationS} s per window after ${settings.warmupS} s of warm-up, sampling every ${settings.intervalUs} µs (node ${process.version}). Profiling slows every server a little; compare the parts, not the throughput.`, '']
+  for (const kind of settings.servers) {
+    const dir = path.join(settings.outDir, kind)
+    // CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile: the main thread is thread 0 (tsx's loader thread writes its own).
+    const file = (await readdir(dir)).filter(f => /^CPU\.\d+\.\d+\.\d+\.0\.\d+\.cpuprofile$/.test(f)).sort().at(-1)
+    if (file === undefined) throw new Error(`no .cpuprofile in ${dir}`)
+    const profile = JSON.parse(await readFile(path.join(dir, file), 'utf8')) as CpuProfile
+    for (const w of windows.filter(x => x.server === kind)) {
+      if (w.fromUs < profile.startTime || w.toUs > profile.endTime) throw new Error(`the ${kind} ${w.scenario} window is outside its profile: the clocks differ`)
+      const cut = analyse(profile, w.fromUs, w.toUs)
+      await writeFile(path.join(dir, `${w.scenario}.folded`), [...cut.folded].map(([stack, us]) => `${stack} ${Math.round(us)}`).join('\n') + '\n')
+      report.push(`## ${kind}, ${w.scenario === 'etag' ? 'GET with If-None-Match (304)' : 'GET list, 100 rows'}: ${Math.round(w.rps)} req/s under the profiler`, '', perRequestTable(cut, w.requests), '')
+    }
+  }
+  await writeFile(path.join(settings.outDir, 'profile.md'), report.join('\n'))
+  process.stdout.write(report.join('\n') + '\n')
+  log(`wrote ${path.join(settings.outDir, 'profile.md')}`)
+}
+
+try {
+  await main()
+  process.exit(0)
+} catch (err) {
+  console.error(err)
+  process.exit(1)
+}
