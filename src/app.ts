@@ -2,6 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Registry } from 'prom-client'
+import { notifyThrough } from './categories/change-feed.js'
 import { CategoryCreateBatcher } from './categories/create-batcher.js'
 import { CategoryListCache } from './categories/list-cache.js'
 import { IdempotencyStore } from './categories/idempotency.js'
@@ -10,6 +11,7 @@ import { registerCategoryRoutes } from './categories/routes.js'
 import { CategorySchema, NewCategorySchema } from './categories/schemas.js'
 import type { Config } from './config.js'
 import { createPool } from './db/pool.js'
+import { DatabaseServers } from './db/servers.js'
 import { migrationNames, runMigrations } from './db/migrate.js'
 import auth from './http/auth.js'
 import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
@@ -17,9 +19,11 @@ import { ErrorSchema } from './http/errors.js'
 import { registerHealthRoutes } from './http/health.js'
 import { registerJsonBodyParser } from './http/json-body.js'
 import { registerMetrics } from './http/metrics.js'
-import { registerConnectionClose, type Lifecycle } from './http/lifecycle.js'
+import { registerResponseHeaders, type Lifecycle } from './http/lifecycle.js'
+import { lazyRequestLogger } from './http/request-logger.js'
 import { registerOpenApi } from './http/openapi.js'
 import rateLimits from './http/rate-limit.js'
+import { registerSingletonHeaderCheck } from './http/singleton-headers.js'
 import { registerPetRoutes } from './pets/routes.js'
 import { registerStoreRoutes } from './store/routes.js'
 
@@ -66,6 +70,8 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     logger: loggerOptions(config, options),
     // One log line per request (the onResponse hook below) instead of Fastify's two.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
+    // request.log's pino child is made only when a line is written (most requests write none at info).
+    childLoggerFactory: lazyRequestLogger,
     genReqId: requestId,
     trustProxy: config.trustProxy,
     bodyLimit: config.bodyLimitBytes,
@@ -91,43 +97,57 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
   const lifecycle: Lifecycle = { shuttingDown: false }
   app.decorate('lifecycle', lifecycle)
 
-  app.addHook('onRequest', (request, reply, done) => {
-    reply.header('x-request-id', request.id)
-    done()
+  registerResponseHeaders(app, lifecycle)
+  registerErrorHandling(app)
+  registerJsonBodyParser(app)
+  // Before the rate limits and auth: a repeated Authorization is refused before any key is looked at.
+  registerSingletonHeaderCheck(app)
+
+  await runMigrations(config.databaseDirectUrl ?? config.databaseUrl, {
+    info: (msg) => { app.log.debug(msg) },
+    warn: (msg) => { app.log.warn(msg) },
+    // A failed migration is thrown, and the start reports it in one line; the runner's own account is a detail.
+    error: (msg) => { app.log.debug(msg) }
   })
-  app.addHook('onResponse', (request, reply, done) => {
+  // Unique per instance: the change notifications name the writer, so the list cache can skip the echo of its own creates.
+  const writerName = `petstore/${randomBytes(6).toString('hex')}`
+  // Every connection, the pool's and the change feed's, is checked against the server the database address leads to now.
+  const servers = new DatabaseServers((fields, message) => { app.log.warn(fields, message) })
+  const pool = createPool({ connectionString: config.databaseUrl, applicationName: writerName, max: config.db.poolMax, connectionTimeoutMs: config.db.connectionTimeoutMs, statementTimeoutMs: config.db.statementTimeoutMs, preparedStatements: config.db.preparedStatements, maxWaiting: config.db.maxWaiting, servers },
+    (err) => { app.log.warn({ err }, 'idle database connection failed') })
+  app.addHook('onClose', async () => { await pool.end() })
+  const { registry, durations } = registerMetrics(pool)
+  app.decorate('metrics', registry)
+  // One hook for everything that follows a response (each hook is a step of Fastify's runner on every request).
+  app.addHook('onResponse', function requestCompleted (request, reply, done) {
+    const ms = reply.elapsedTime
+    // The route pattern, not the raw URL, so ids do not explode the label set.
+    durations.observe(request.method, request.routeOptions.url ?? 'unmatched', reply.statusCode, ms / 1000)
     // Failures and slow requests at info; the rest at debug: a log line per request is a measurable
     // share of a cached GET (docs/performance.md), and the balancer and the metrics see every request.
-    const ms = reply.elapsedTime
     const level = reply.statusCode >= 400 || ms >= SLOW_REQUEST_MS ? 'info' : 'debug'
     request.log[level]({ req: request, statusCode: reply.statusCode, ms: Math.round(ms) }, 'request completed')
     done()
   })
-  registerConnectionClose(app, lifecycle)
-  registerErrorHandling(app)
-  registerJsonBodyParser(app)
-
-  await runMigrations(config.databaseUrl, {
-    info: (msg) => { app.log.debug(msg) },
-    warn: (msg) => { app.log.warn(msg) },
-    error: (msg) => { app.log.error(msg) }
-  })
-  // Unique per instance: the change notifications name the writer, so the list cache can skip the echo of its own creates.
-  const writerName = `petstore/${randomBytes(6).toString('hex')}`
-  const pool = createPool({ connectionString: config.databaseUrl, applicationName: writerName, max: config.db.poolMax, connectionTimeoutMs: config.db.connectionTimeoutMs, statementTimeoutMs: config.db.statementTimeoutMs, maxWaiting: config.db.maxWaiting },
-    (err) => { app.log.warn({ err }, 'idle database connection failed') })
-  app.addHook('onClose', async () => { await pool.end() })
-  app.decorate('metrics', registerMetrics(app, pool))
 
   for (const schema of [ErrorSchema, NewCategorySchema, CategorySchema]) app.addSchema(schema)
   await registerOpenApi(app)
   // Before auth: an address over its failed-authentication limit is refused before its key is checked.
-  await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit })
+  await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit, redis: config.redis, registry: app.metrics })
   await app.register(auth, { digests: config.apiKeyDigests })
 
   registerHealthRoutes(app, { pool, migrations: await migrationNames(), lifecycle })
   const categories = new CategoryRepository(pool)
-  const listCache = new CategoryListCache(categories, { connectionString: config.databaseUrl, ownWriterName: writerName, log: app.log, registry: app.metrics })
+  const listCache = new CategoryListCache(categories, {
+    ...(config.databaseDirectUrl === undefined
+      ? { connectionString: config.databaseUrl, connectionName: 'DATABASE_URL' }
+      : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' }),
+    notify: notifyThrough(pool),
+    ownWriterName: writerName,
+    log: app.log,
+    registry: app.metrics,
+    onConnect: servers.register
+  })
   listCache.start()
   app.addHook('onClose', async () => { await listCache.close() })
   const idempotency = new IdempotencyStore(pool)

@@ -34,6 +34,15 @@ export async function testApp (t: Teardown, databaseUrl: string, env: Record<str
   return { app, logs }
 }
 
+/** testApp, listening on a loopback port of its own: for tests that need a real socket. */
+export async function listeningApp (t: Teardown, databaseUrl: string, env: Record<string, string> = {}): Promise<{ app: FastifyInstance, port: number, logs: CapturedLogs }> {
+  const { app, logs } = await testApp(t, databaseUrl, env)
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const address = app.server.address()
+  if (address === null || typeof address === 'string') throw new Error('no port')
+  return { app, port: address.port, logs }
+}
+
 export function json (body: unknown): { headers: Record<string, string>, payload: string } {
   return { headers: { ...AUTH, 'content-type': 'application/json' }, payload: JSON.stringify(body) }
 }
