@@ -143,6 +143,8 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
       ? { connectionString: config.databaseUrl, connectionName: 'DATABASE_URL' }
       : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' }),
     notify: notifyThrough(pool),
+    // As long as the pool itself lets the probe wait for a connection and run (query_timeout).
+    probeSendTimeoutMs: config.db.connectionTimeoutMs + config.db.statementTimeoutMs + 1000,
     ownWriterName: writerName,
     log: app.log,
     registry: app.metrics,

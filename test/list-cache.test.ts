@@ -8,7 +8,7 @@ import { LISTENER_APPLICATION_NAME, notifyThrough } from '../src/categories/chan
 import { CategoryListCache, ifNoneMatchHits } from '../src/categories/list-cache.js'
 import { CategoryRepository } from '../src/categories/repository.js'
 import type { Category } from '../src/categories/schemas.js'
-import { createPool } from '../src/db/pool.js'
+import { createPool, POOL_QUEUE_FULL } from '../src/db/pool.js'
 import { testApp, AUTH, json, metric } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
@@ -282,6 +282,44 @@ t.test('a feed that cannot prove it hears never serves from the cache, warns onc
     if (label === 'deaf') t.equal(warnings[1]?.retryInMs, 400, 'after three deaf connections the feed waits deafRetryMs between tries')
     t.equal(await metric(registry, 'categories_change_feed_connection_info', { connection: 'DATABASE_URL' }), 1, 'the metrics say which connection the feed uses')
   }
+})
+
+t.test('a busy pool is not a deaf feed: the probe takes no request\'s place in the wait queue, and waiting for a connection is not missing an echo', async t => {
+  // One connection, one place in the queue: the probe must neither take that place from a request nor count its wait against its echo.
+  const pool = createPool({ connectionString: db.url, max: 1, maxWaiting: 1, connectionTimeoutMs: 5000, statementTimeoutMs: 5000 }, () => {})
+  t.teardown(async () => { await pool.end() })
+  const registry = new Registry()
+  const warnings: string[] = []
+  const cache = new CategoryListCache(new CategoryRepository(pool), {
+    connectionString: db.url,
+    notify: notifyThrough(pool),
+    registry,
+    probeIntervalMs: 50,
+    probeTimeoutMs: 150,
+    log: { warn (_obj: unknown, msg: string) { warnings.push(msg) }, info () {} }
+  })
+  cache.start()
+  t.teardown(async () => { await cache.close() })
+  await until('the feed hears', async () => cache.listening)
+  const held = await pool.connect()
+  let released = false
+  try {
+    await sleep(120) // a probe fell due meanwhile and waits for the pool's one connection
+    const queued = pool.query<{ one: number }>('SELECT 1 AS one')
+    await t.rejects(pool.query('SELECT 2'), { code: POOL_QUEUE_FULL }, 'a second request is refused at once: the bound holds for requests')
+    await sleep(500) // more than three probe timeouts
+    t.ok(cache.listening, 'the feed still counts as hearing while its probe waits for a connection')
+    held.release()
+    released = true
+    t.equal((await queued).rows[0]?.one, 1, 'the queued request is served')
+  } finally {
+    if (!released) held.release()
+  }
+  await sleep(300) // the waiting probe and later ones are heard
+  t.ok(cache.listening, 'the feed hears')
+  t.equal(await metric(registry, 'categories_change_feed_drops'), 0, 'the feed was never dropped')
+  t.equal(await metric(registry, 'categories_change_feed_probes_missed'), 0, 'no probe counted as missed')
+  t.same(warnings, [], 'nothing warned')
 })
 
 t.test('a list longer than one chunk (1000 rows) is read in chunks and comes out byte for byte the same', async t => {

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
+import { queryOutsideQueueBound } from '../db/pool.js'
 
 export const CHANGE_CHANNEL = 'categories_changed'
 /** Distinctive, so operators (and tests) can find the listening connection in pg_stat_activity. */
@@ -38,8 +39,13 @@ export interface ChangeFeedOptions {
   maxBackoffMs?: number
   /** How often the feed proves again that it hears (a probe through `notify`). */
   probeIntervalMs?: number
-  /** How long a probe's echo may take; a probe not heard by then means the feed is deaf. */
+  /** How long a probe's echo may take once it is sent; a probe not heard by then means the feed is deaf. */
   probeTimeoutMs?: number
+  /**
+   * How long sending a probe may take (through a busy pool it first waits for a connection: that is
+   * not deafness); a probe not sent by then drops the feed. Default 30 s.
+   */
+  probeSendTimeoutMs?: number
   /**
    * After DEAF_CONNECTIONS_BEFORE_PAUSE new connections in a row heard nothing (a
    * transaction pooler: every LISTEN stays behind on one of its server connections),
@@ -54,9 +60,12 @@ export interface ChangeFeedOptions {
 /** New connections in a row whose first probe went unheard before the feed tries only every deafRetryMs. */
 export const DEAF_CONNECTIONS_BEFORE_PAUSE = 3
 
-/** pool.query as the feed's `notify`: the probe travels the way the pool's writes do. */
+/**
+ * The pool as the feed's `notify`: the probe travels the way the pool's writes do, without taking
+ * a request's place in the pool's bounded wait queue (db/pool.ts).
+ */
 export function notifyThrough (pool: pg.Pool): ChangeFeedOptions['notify'] {
-  return async (channel, payload) => { await pool.query('SELECT pg_notify($1, $2)', [channel, payload]) }
+  return async (channel, payload) => { await queryOutsideQueueBound(pool, 'SELECT pg_notify($1, $2)', [channel, payload]) }
 }
 
 /**
@@ -99,6 +108,7 @@ export class CategoryChangeFeed {
   private readonly maxBackoffMs: number
   private readonly probeIntervalMs: number
   private readonly probeTimeoutMs: number
+  private readonly probeSendTimeoutMs: number
   private readonly deafRetryMs: number
   private readonly connectionTimeoutMs: number
 
@@ -109,6 +119,7 @@ export class CategoryChangeFeed {
     this.probeIntervalMs = options.probeIntervalMs ?? 5000
     this.connectionTimeoutMs = options.connectionTimeoutMs ?? 2000
     this.probeTimeoutMs = options.probeTimeoutMs ?? this.connectionTimeoutMs
+    this.probeSendTimeoutMs = options.probeSendTimeoutMs ?? 30_000
     this.deafRetryMs = options.deafRetryMs ?? 10 * 60 * 1000
   }
 
@@ -188,19 +199,23 @@ export class CategoryChangeFeed {
     await this.prove(client, drop, true)
   }
 
-  /** Sends a probe and waits for its echo; heard: listening (and the next probe scheduled), not heard: deaf, reconnect. */
+  /**
+   * Sends a probe and waits for its echo; heard: listening (and the next probe scheduled), not heard: deaf, reconnect.
+   * The echo's time limit starts once the probe is sent: a probe waiting for a busy pool's connection is not unheard.
+   */
   private async prove (client: pg.Client, drop: (err?: unknown, reason?: string) => void, first = false): Promise<void> {
     const payload = `${PROBE_PREFIX}${this.id}/${++this.probes}`
     const sent = performance.now()
-    let timer: NodeJS.Timeout | undefined
-    const echo = new Promise<boolean>(resolve => {
-      this.awaitedProbe = { payload, heard: () => { resolve(true) } }
-      timer = setTimeout(() => { resolve(false) }, this.probeTimeoutMs)
-    })
-    const sending: { state: 'pending' | 'sent' | 'failed', err?: unknown } = { state: 'pending' }
-    this.options.notify(CHANGE_CHANNEL, payload).then(() => { sending.state = 'sent' }, (err: unknown) => { Object.assign(sending, { state: 'failed', err }) })
-    const heard = await echo
-    clearTimeout(timer)
+    let heard = false
+    let onHeard = (): void => {}
+    this.awaitedProbe = { payload, heard: () => { heard = true; onHeard() } }
+    const sending = await settleWithin(this.options.notify(CHANGE_CHANNEL, payload), this.probeSendTimeoutMs)
+    if (sending.sent && !heard) {
+      await new Promise<void>(resolve => {
+        const timer = setTimeout(resolve, this.probeTimeoutMs)
+        onHeard = () => { clearTimeout(timer); resolve() }
+      })
+    }
     this.awaitedProbe = undefined
     if (this.closed || this.client !== client) return
     if (!heard) {
@@ -208,14 +223,13 @@ export class CategoryChangeFeed {
       // One warning when the feed stops hearing, not one per attempt while it stays deaf.
       const report = !this.reportedDeaf
       this.reportedDeaf = true
-      if (sending.state === 'sent') {
+      if (sending.sent) {
         if (first) this.deafConnections++
         drop(report ? new Error('probe notification not heard') : undefined,
           `category change feed did not hear its own notification within ${this.probeTimeoutMs} ms; serving the list from the database` +
           (this.connectionName === 'DATABASE_URL' ? ' (behind a transaction pooler LISTEN hears nothing: set DATABASE_DIRECT_URL)' : ''))
       } else {
-        drop(report ? (sending.err ?? new Error(`not sent within ${this.probeTimeoutMs} ms`)) : undefined,
-          'category change feed could not send its probe notification; serving the list from the database')
+        drop(report ? sending.err : undefined, 'category change feed could not send its probe notification; serving the list from the database')
       }
       return
     }
@@ -233,5 +247,18 @@ export class CategoryChangeFeed {
     this.deafConnections = 0
     this.probeTimer = setTimeout(() => { this.prove(client, drop).catch(drop) }, this.probeIntervalMs)
     this.probeTimer.unref()
+  }
+}
+
+/** Whether `sending` resolved within `ms`, and why not. */
+async function settleWithin (sending: Promise<void>, ms: number): Promise<{ sent: true } | { sent: false, err: unknown }> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<{ sent: false, err: unknown }>(resolve => {
+    timer = setTimeout(() => { resolve({ sent: false, err: new Error(`not sent within ${ms} ms`) }) }, ms)
+  })
+  try {
+    return await Promise.race([sending.then(() => ({ sent: true as const }), (err: unknown) => ({ sent: false as const, err })), late])
+  } finally {
+    clearTimeout(timer)
   }
 }

@@ -34,8 +34,10 @@ export const POOL_QUEUE_FULL = 'EPOOLQUEUEFULL'
  */
 function boundQueue (pool: pg.Pool, max: number, maxWaiting: number): void {
   const connect = pool.connect.bind(pool)
+  const outside = { connect: async () => await connect(), waiting: 0 }
+  outsideTheBound.set(pool, outside)
   pool.connect = ((callback?: (err: Error | undefined, client?: pg.PoolClient, done?: (release?: unknown) => void) => void) => {
-    if (pool.idleCount === 0 && pool.totalCount >= max && pool.waitingCount >= maxWaiting) {
+    if (pool.idleCount === 0 && pool.totalCount >= max && pool.waitingCount - outside.waiting >= maxWaiting) {
       const err = Object.assign(new Error('the connection pool queue is full'), { code: POOL_QUEUE_FULL })
       if (callback === undefined) return Promise.reject(err)
       process.nextTick(() => { callback(err) })
@@ -43,6 +45,40 @@ function boundQueue (pool: pg.Pool, max: number, maxWaiting: number): void {
     }
     return callback === undefined ? connect() : connect(callback as Parameters<typeof connect>[0])
   }) as typeof pool.connect
+}
+
+/** Bounded pools: their connect() without the bound, and how many waits outside the bound are in pg-pool's queue now. */
+const outsideTheBound = new WeakMap<pg.Pool, { connect: () => Promise<pg.PoolClient>, waiting: number }>()
+
+/**
+ * One statement that neither counts against DB_POOL_MAX_WAITING nor is refused by it: the change
+ * feed's probe (one at a time, categories/change-feed.ts) must not take a request's place in the
+ * wait queue. It still waits no longer than the pool's connection timeout.
+ */
+export async function queryOutsideQueueBound (pool: pg.Pool, text: string, values: unknown[]): Promise<void> {
+  const outside = outsideTheBound.get(pool)
+  if (outside === undefined) {
+    await pool.query(text, values)
+    return
+  }
+  const queuedBefore = pool.waitingCount
+  const connecting = outside.connect()
+  // pg-pool queues the wait synchronously, or opens a new connection without queueing it.
+  const queued = pool.waitingCount > queuedBefore
+  if (queued) outside.waiting++
+  let client: pg.PoolClient
+  try {
+    client = await connecting
+  } finally {
+    if (queued) outside.waiting--
+  }
+  try {
+    await client.query(text, values)
+    client.release()
+  } catch (err) {
+    client.release(err instanceof Error ? err : true)
+    throw err
+  }
 }
 
 /** Its caller hears of a lost connection through its failed query, and the pool's 'error' event reports idle ones. */
