@@ -90,3 +90,28 @@ t.test('after the address moves, the first connection to the new server closes t
   }
   t.ok(heard, 'the cached list hears the new server')
 })
+
+t.test('a statement whose outcome is unknown makes the service ask where the address leads: the connections left on the old server close at once, not one timeout each', async t => {
+  const moving = await TcpProxy.start({ host: '127.0.0.1', port: Number(new URL(oldUrl).port) })
+  t.teardown(async () => { await moving.close() })
+  const { app: mover, logs } = await testApp(t, moving.url(oldUrl), { DB_STATEMENT_TIMEOUT_MS: '1000', DB_POOL_MAX: '4' })
+  const getFirst = async (): Promise<{ status: number, name?: string }> => {
+    const res = await mover.inject({ method: 'GET', url: '/v1/categories/1', headers: AUTH })
+    return { status: res.statusCode, name: res.statusCode === 200 ? (res.json() as { name: string }).name : undefined }
+  }
+  // Several pool connections on the old server, idle (the app before has moved: only this one's are there).
+  await Promise.all(Array.from({ length: 8 }, getFirst))
+  t.same(await getFirst(), { status: 200, name: 'on the old server' })
+  const pids = (await oldAdmin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%'")).rows.map(r => r.pid)
+  t.ok(pids.length >= 2, `${pids.length} pool connections on the old server`)
+  moving.repoint({ host: '127.0.0.1', port: Number(new URL(newUrl).port) }, { cutOpen: false })
+  // The old server stops answering on them, as an old primary does whose commits wait for a standby that is gone.
+  for (const pid of pids) process.kill(pid, 'SIGSTOP')
+  t.teardown(() => { for (const pid of pids) process.kill(pid, 'SIGCONT') })
+
+  t.equal((await getFirst()).status, 503, 'the first statement on a silent connection: 503 after its timeout')
+  const moved = /leads to another server now/
+  for (let i = 0; i < 200 && !logs.lines.some(line => moved.test(line)); i++) await sleep(10)
+  t.ok(logs.lines.some(line => moved.test(line)), 'a new connection found the new server and closed those left on the old one')
+  t.same(await getFirst(), { status: 200, name: 'on the new server' }, 'the next statement runs on the new server')
+})

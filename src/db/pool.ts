@@ -1,6 +1,6 @@
 import pg from 'pg'
 import { poolClientClass } from './pool-client.js'
-import { DatabaseServers } from './servers.js'
+import { DatabaseServers, outcomeUnknown } from './servers.js'
 
 const INT8_OID = 20
 
@@ -85,6 +85,7 @@ export async function queryOutsideQueueBound (pool: pg.Pool, text: string, value
 function ignoreLostConnection (): void {}
 
 export function createPool (options: PoolOptions, onError: (err: Error) => void): pg.Pool {
+  const servers = options.servers ?? new DatabaseServers()
   const pool = new pg.Pool({
     connectionString: options.connectionString,
     max: options.max,
@@ -96,13 +97,21 @@ export function createPool (options: PoolOptions, onError: (err: Error) => void)
     idleTimeoutMillis: 30000,
     application_name: options.applicationName ?? 'petstore',
     types,
-    onConnect: (options.servers ?? new DatabaseServers()).register
+    onConnect: servers.register
   })
   // Without this listener an idle client's error (database restart) crashes the process.
   pool.on('error', onError)
   // pg-pool listens only while a client is idle: a checked-out client (pool.connect) whose connection dies
   // would crash the process. This one stays for the client's life; the query in flight rejects on its own.
   pool.on('connect', client => { client.on('error', ignoreLostConnection) })
+  // A connection closed with its statement's outcome unknown may mean the address moved (db/servers.ts): ask where it leads.
+  const openOne = async (): Promise<pg.Client> => {
+    const client = new pg.Client({ connectionString: options.connectionString, application_name: options.applicationName ?? 'petstore', connectionTimeoutMillis: options.connectionTimeoutMs })
+    client.on('error', ignoreLostConnection)
+    await client.connect()
+    return client
+  }
+  pool.on('release', (err: unknown) => { if (outcomeUnknown(err)) servers.recheck(openOne) })
   if (options.maxWaiting !== undefined) boundQueue(pool, options.max, options.maxWaiting)
   return pool
 }

@@ -41,9 +41,18 @@ function cut (client: pg.ClientBase): void {
   (client as unknown as { connection?: { stream?: { destroy: () => void } } }).connection?.stream?.destroy()
 }
 
+/** Opens one new connection to the database address, as the pool would. */
+export type OpenConnection = () => Promise<pg.Client>
+
+/** Errors after which a statement's outcome is unknown and its connection is closed: its client-side timeout, an unconfirmed commit. */
+export function outcomeUnknown (err: unknown): boolean {
+  return err instanceof Error && ((err as { code?: unknown }).code === COMMIT_NOT_REPLICATED || err.message === 'Query read timeout')
+}
+
 export class DatabaseServers {
   /** The server the newest connection reached. */
   private current: string | undefined
+  private rechecking = false
   /** Every open connection checked here, and its server. */
   private readonly open = new Map<pg.ClientBase, string>()
 
@@ -69,5 +78,27 @@ export class DatabaseServers {
       closed++
     }
     this.log?.({ previous, server: row.server, closed }, 'the database address leads to another server now (a failover or a restart): closed the connections to the old one')
+  }
+
+  /**
+   * After a statement whose outcome is unknown (see outcomeUnknown): one new connection asks where the
+   * address leads now, and register() closes every connection to the old server if it moved. After a
+   * failover that moved the address without cutting sessions, the pool's other connections still lead to
+   * the old primary, whose commits wait for a standby that is gone; without this each of them would hang
+   * a commit for a whole statement timeout before the pool opened a connection to the new primary.
+   * One recheck at a time; a failed one (a standby, nothing answering) changes nothing.
+   */
+  recheck = (open: OpenConnection): void => {
+    if (this.rechecking) return
+    this.rechecking = true
+    const check = async (): Promise<void> => {
+      const client = await open()
+      try {
+        await this.register(client)
+      } finally {
+        await client.end().catch(() => {})
+      }
+    }
+    check().catch(() => {}).finally(() => { this.rechecking = false })
   }
 }
