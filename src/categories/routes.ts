@@ -7,7 +7,8 @@ import type { CategoryCreateBatcher } from './create-batcher.js'
 import { requestHash, type IdempotencyStore, type Outcome } from './idempotency.js'
 import { ifNoneMatchHits, type CategoryListCache, type ListSerializer, type SerializedList } from './list-cache.js'
 import type { CategoryRepository } from './repository.js'
-import { CategoryListSchema, CategoryParamsSchema, CategorySchema, CreateCategoryHeadersSchema, MAX_ID, NewCategorySchema, patternRules, ID_PATTERN, type Category } from './schemas.js'
+import { ID_PATTERN, MAX_ID, patternRules } from '../shared/text-rules.js'
+import { CategoryListSchema, CategoryParamsSchema, CategorySchema, CreateCategoryHeadersSchema, NewCategorySchema, type Category } from './schemas.js'
 
 const tags = ['categories']
 const security = [{ bearer: [] }]
