@@ -12,7 +12,7 @@ import { CategorySchema, NewCategorySchema } from './categories/schemas.js'
 import type { Config } from './config.js'
 import { createPool } from './db/pool.js'
 import { DatabaseServers } from './db/servers.js'
-import { migrationNames, runMigrations } from './db/migrate.js'
+import { migrationNames } from './db/migrate.js'
 import auth from './http/auth.js'
 import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
 import { ErrorSchema } from './http/errors.js'
@@ -64,7 +64,11 @@ function loggerOptions (config: Config, options: AppOptions): FastifyServerOptio
   }
 }
 
-/** The whole service: production (server.ts) and every test build it through this one factory. */
+/**
+ * The whole service: production (server.ts) and every test build it through this one factory.
+ * It needs no database to be built (nothing connects until a request or the change feed does):
+ * the migrations are applied before it (db/migrate.ts), and the OpenAPI export builds it alone.
+ */
 export async function buildApp (config: Config & { databaseUrl: string }, options: AppOptions = {}): Promise<FastifyInstance> {
   const app = Fastify({
     logger: loggerOptions(config, options),
@@ -103,12 +107,6 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
   // Before the rate limits and auth: a repeated Authorization is refused before any key is looked at.
   registerSingletonHeaderCheck(app)
 
-  await runMigrations(config.databaseDirectUrl ?? config.databaseUrl, {
-    info: (msg) => { app.log.debug(msg) },
-    warn: (msg) => { app.log.warn(msg) },
-    // A failed migration is thrown, and the start reports it in one line; the runner's own account is a detail.
-    error: (msg) => { app.log.debug(msg) }
-  })
   // Unique per instance: the change notifications name the writer, so the list cache can skip the echo of its own creates.
   const writerName = `petstore/${randomBytes(6).toString('hex')}`
   // Every connection, the pool's and the change feed's, is checked against the server the database address leads to now.
