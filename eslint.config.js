@@ -20,6 +20,8 @@ export default [
     'src/db is the bottom layer: it raises database errors and imports no HTTP, machinery or resource code.'),
   layer(['src/machinery/**'], ['**/http/**', ...RESOURCES, ...ENTRY_POINTS],
     'The machinery serves any resource over src/db: it names no resource and knows nothing of HTTP.'),
-  layer(['src/http/**'], [...RESOURCES, '**/machinery/**', ...ENTRY_POINTS],
-    'HTTP infrastructure serves every resource and imports none (nor the machinery).')
+  layer(['src/plugins/**'], [...RESOURCES, ...ENTRY_POINTS],
+    'src/plugins wires the shared machinery for every resource and names none.'),
+  layer(['src/http/**'], [...RESOURCES, ...ENTRY_POINTS],
+    'HTTP infrastructure serves every resource and imports none.')
 ]

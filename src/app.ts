@@ -2,13 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Registry } from 'prom-client'
-import { notifyThrough } from './categories/change-feed.js'
-import { CategoryCreateBatcher } from './categories/create-batcher.js'
-import { CategoryListCache } from './categories/list-cache.js'
-import { IdempotencyStore } from './categories/idempotency.js'
-import { CategoryRepository } from './categories/repository.js'
-import { registerCategoryRoutes } from './categories/routes.js'
-import { CategorySchema, NewCategorySchema } from './categories/schemas.js'
+import categories from './categories/index.js'
 import type { Config } from './config.js'
 import { createPool } from './db/pool.js'
 import { DatabaseServers } from './db/servers.js'
@@ -22,6 +16,7 @@ import { registerMetrics } from './http/metrics.js'
 import { registerResponseHeaders, type Lifecycle } from './http/lifecycle.js'
 import { lazyRequestLogger } from './http/request-logger.js'
 import { registerOpenApi } from './http/openapi.js'
+import data from './plugins/data.js'
 import rateLimits from './http/rate-limit.js'
 import { registerSingletonHeaderCheck } from './http/singleton-headers.js'
 import { registerPetRoutes } from './pets/routes.js'
@@ -128,32 +123,28 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     done()
   })
 
-  for (const schema of [ErrorSchema, NewCategorySchema, CategorySchema]) app.addSchema(schema)
+  app.addSchema(ErrorSchema)
   await registerOpenApi(app)
   // Before auth: an address over its failed-authentication limit is refused before its key is checked.
   await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit, redis: config.redis, registry: app.metrics })
   await app.register(auth, { digests: config.apiKeyDigests })
 
   registerHealthRoutes(app, { pool, migrations: await migrationNames(), lifecycle })
-  const categories = new CategoryRepository(pool)
-  const listCache = new CategoryListCache(categories, {
-    ...(config.databaseDirectUrl === undefined
+  // What every resource shares: the pool, one change feed, the Idempotency-Key store.
+  await app.register(data, {
+    pool,
+    listen: config.databaseDirectUrl === undefined
       ? { connectionString: config.databaseUrl, connectionName: 'DATABASE_URL' }
-      : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' }),
-    notify: notifyThrough(pool),
+      : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' },
+    writerName,
     // As long as the pool itself lets the probe wait for a connection and run (query_timeout).
     probeSendTimeoutMs: config.db.connectionTimeoutMs + config.db.statementTimeoutMs + 1000,
-    ownWriterName: writerName,
-    log: app.log,
-    registry: app.metrics,
-    onConnect: servers.register
+    onConnect: servers.register,
+    idempotencyCleanupMs: IDEMPOTENCY_CLEANUP_INTERVAL_MS,
+    registry: app.metrics
   })
-  listCache.start()
-  app.addHook('onClose', async () => { await listCache.close() })
-  const idempotency = new IdempotencyStore(pool)
-  idempotency.startCleanup(IDEMPOTENCY_CLEANUP_INTERVAL_MS, (err) => { app.log.warn({ err }, 'deleting expired idempotency keys failed') })
-  app.addHook('onClose', async () => { idempotency.stopCleanup() })
-  registerCategoryRoutes(app, { categories, creates: new CategoryCreateBatcher(categories, { registry: app.metrics, observer: listCache }), listCache, idempotency })
+  // The resources.
+  await app.register(categories)
   registerPetRoutes(app, { sunset: config.petsSunset })
   registerStoreRoutes(app)
 

@@ -2,6 +2,7 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { DatabaseUnavailableError } from '../db/errors.js'
+import { IdempotencyKeyInUseError, IdempotencyKeyReusedError } from '../machinery/idempotency.js'
 import { patternRules } from '../shared/text-rules.js'
 import { ApiError, errorForStatus, malformedJson, notFound, serviceUnavailable, validationFailed } from './errors.js'
 
@@ -41,6 +42,8 @@ function describeValidation (error: AjvError, context: string): string {
 export function toApiError (err: unknown): ApiError {
   if (err instanceof ApiError) return err
   if (err instanceof DatabaseUnavailableError) return serviceUnavailable(err.message)
+  if (err instanceof IdempotencyKeyInUseError) return new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', err.message, { 'retry-after': String(err.retryAfterSeconds) })
+  if (err instanceof IdempotencyKeyReusedError) return new ApiError(422, 'IDEMPOTENCY_KEY_REUSED', err.message)
   const error = err as FastifyError & { validation?: AjvError[], validationContext?: string }
   if (Array.isArray(error.validation) && error.validation[0] !== undefined) {
     return validationFailed(describeValidation(error.validation[0], error.validationContext ?? 'body'))
