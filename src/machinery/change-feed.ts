@@ -203,18 +203,14 @@ export class ChangeFeed {
     client.on('error', drop)
     client.on('end', () => { drop(new Error('listening connection ended')) })
     client.on('notification', (message) => {
-      const payload = message.payload ?? ''
-      if (payload.startsWith(PROBE_PREFIX)) {
-        if (message.channel === PROBE_CHANNEL && payload === this.awaitedProbe?.payload) this.awaitedProbe.heard()
-        return
-      }
-      const subscriber = this.subscribers.get(message.channel)
-      if (subscriber === undefined) return
-      if (this.options.ownWriterName !== undefined && payload === this.options.ownWriterName) {
-        subscriber.ownEchoes++
-        return
-      }
-      subscriber.onChange()
+      const kind = notificationKind(message.channel, message.payload ?? '', {
+        awaitedProbe: this.awaitedProbe?.payload,
+        subscribed: channel => this.subscribers.has(channel),
+        ownWriterName: this.options.ownWriterName
+      })
+      if (kind === 'awaited-probe') this.awaitedProbe?.heard()
+      else if (kind === 'own-echo') (this.subscribers.get(message.channel) as Subscriber).ownEchoes++
+      else if (kind === 'change') (this.subscribers.get(message.channel) as Subscriber).onChange()
     })
     try {
       await client.connect()
@@ -281,6 +277,19 @@ export class ChangeFeed {
     this.probeTimer = setTimeout(() => { this.prove(client, drop).catch(drop) }, this.probeIntervalMs)
     this.probeTimer.unref()
   }
+}
+
+/**
+ * What a notification means to the feed: the echo of the probe it waits for; another probe (an older
+ * one, another instance's, or one on a change channel from an earlier version), ignored; the echo of
+ * this instance's own write (the payload is its pool's application_name), skipped; a change to a
+ * subscribed channel; or nothing it listens for.
+ */
+export function notificationKind (channel: string, payload: string, state: { awaitedProbe: string | undefined, subscribed: (channel: string) => boolean, ownWriterName: string | undefined }): 'awaited-probe' | 'other-probe' | 'own-echo' | 'change' | 'unsubscribed' {
+  if (payload.startsWith(PROBE_PREFIX)) return channel === PROBE_CHANNEL && payload === state.awaitedProbe ? 'awaited-probe' : 'other-probe'
+  if (!state.subscribed(channel)) return 'unsubscribed'
+  if (state.ownWriterName !== undefined && payload === state.ownWriterName) return 'own-echo'
+  return 'change'
 }
 
 /** Whether `sending` resolved within `ms`, and why not. */

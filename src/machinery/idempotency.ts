@@ -78,14 +78,15 @@ ON CONFLICT (key_owner, operation, idempotency_key) DO UPDATE
 SET request_hash = EXCLUDED.request_hash, state = 'done', claim_token = EXCLUDED.claim_token, locked_until = EXCLUDED.locked_until,
     response_status = EXCLUDED.response_status, response_body = EXCLUDED.response_body, location = EXCLUDED.location, expires_at = EXCLUDED.expires_at`
 
-interface RecordRow { request_hash: Buffer, state: 'running' | 'done', response_status: number | null, response_body: string | null, location: string | null, expired: boolean, lapsed: boolean }
+/** A key's record as read (the columns `decide` needs). */
+export interface RecordRow { request_hash: Buffer, state: 'running' | 'done', response_status: number | null, response_body: string | null, location: string | null, expired: boolean, lapsed: boolean }
 
 const LOCK_NOT_AVAILABLE = '55P03'
 
 const keyInUse = (): IdempotencyKeyInUseError => new IdempotencyKeyInUseError()
 
 /** What a key's record says: replay its answer, refuse (409, 422), or do the work (no record, or one that no longer binds). */
-function decide (record: RecordRow | undefined, hash: Buffer): StoredResponse | undefined {
+export function decide (record: RecordRow | undefined, hash: Buffer): StoredResponse | undefined {
   if (record === undefined || record.expired) return undefined
   if (!record.request_hash.equals(hash)) {
     throw new IdempotencyKeyReusedError()
