@@ -91,7 +91,7 @@ t.test('batcher: a lone create goes at once; creates that arrive meanwhile share
   t.same((await Promise.all(rest)).map(r => r.name), ['b', 'c', 'd', 'e'], 'each create gets its own row')
   t.same(told.map(x => typeof x === 'string' ? x : x.map(r => r.name)), [['a'], ['b', 'c', 'd'], ['e']], 'the observer heard of every batch')
   const histogram = (await registry.getSingleMetric('widgets_insert_batch_rows')?.get())?.values ?? []
-  t.equal(histogram.find(v => v.metricName === 'widgets_insert_batch_rows_count')?.value, 3, 'three batches, under the resource\'s prefix')
+  t.equal(histogram.find(v => (v as { metricName?: string }).metricName === 'widgets_insert_batch_rows_count')?.value, 3, 'three batches, under the resource\'s prefix')
 })
 
 t.test('batcher: a failed batch fails each of its creates, tells the observer, and the next batch still goes', async t => {

@@ -21,7 +21,7 @@ export interface CapturedLogs { lines: string[] }
  * (the same parsing and defaults) and the same buildApp factory. `env` adds or
  * overrides variables.
  */
-export async function testApp (t: Teardown, databaseUrl: string, env: Record<string, string> = {}): Promise<{ app: FastifyInstance, logs: CapturedLogs }> {
+export async function testApp (t: Teardown, databaseUrl: string, env: Record<string, string> = {}, extra: { register?: (app: FastifyInstance) => Promise<void> } = {}): Promise<{ app: FastifyInstance, logs: CapturedLogs }> {
   const logs: CapturedLogs = { lines: [] }
   const logStream = new Writable({
     write (chunk: Buffer, _encoding, callback) {
@@ -35,6 +35,8 @@ export async function testApp (t: Teardown, databaseUrl: string, env: Record<str
   await runMigrations(config.databaseDirectUrl ?? config.databaseUrl, quietMigrations)
   const app = await buildApp({ ...config, databaseUrl: config.databaseUrl }, { logStream })
   t.teardown(async () => { await app.close() })
+  // More of what the service could be made of (test-only resources), before it is ready.
+  await extra.register?.(app)
   await app.ready()
   return { app, logs }
 }
