@@ -2,10 +2,9 @@ import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { errorResponses, notFound, validationFailed } from '../http/errors.js'
 import { rejectOtherMethods } from '../http/method-not-allowed.js'
-import { sendCommitted, sendList } from '../http/replies.js'
+import { createHandler, listHandler } from '../http/replies.js'
 import { ref } from '../http/shared-schemas.js'
 import type { Collection } from '../machinery/collection.js'
-import type { ListSerializer } from '../machinery/list-cache.js'
 import { ID_PATTERN, MAX_ID, patternRules } from '../shared/text-rules.js'
 import type { CategoryRepository } from './repository.js'
 import { CategoryListSchema, CategoryParamsSchema, CategorySchema, CreateCategoryHeadersSchema, NewCategorySchema, type Category, type NewCategory } from './schemas.js'
@@ -39,16 +38,7 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
         ...errorResponses(401, 429, 500, 503)
       }
     }
-  }, (request, reply) => {
-    // A cache hit is answered at once, with no promise for Fastify to wait for.
-    const hit = categories.cached()
-    if (hit !== undefined) {
-      sendList(request, reply, hit)
-      return
-    }
-    // The route's own compiled 200 serializer: the cached body is exactly what the schema would produce.
-    return categories.list(reply.getSerializationFunction('200') as unknown as ListSerializer<Category>).then(list => { sendList(request, reply, list) })
-  })
+  }, listHandler(categories))
 
   api.post('/v1/categories', {
     schema: {
@@ -64,18 +54,7 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
         ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503)
       }
     }
-  }, async (request, reply) => {
-    const key = request.headers['idempotency-key']
-    if (key === undefined) {
-      const category = await categories.create(request.body)
-      return await reply.code(201).header('location', location(category)).send(category)
-    }
-    // With an Idempotency-Key the row and the remembered answer commit together (one transaction, no batching).
-    const serialize = reply.getSerializationFunction('201') as unknown as (category: Category) => string
-    const outcome = await categories.createIdempotent(request.apiKeyDigest as Buffer, key, request.body,
-      category => ({ status: 201, body: serialize(category), location: location(category) }))
-    return await sendCommitted(reply, outcome.response, outcome.kind === 'replay')
-  })
+  }, createHandler(categories, location))
 
   api.get('/v1/categories/:id', {
     schema: {

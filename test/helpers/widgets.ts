@@ -5,11 +5,10 @@ import fp from 'fastify-plugin'
 import type pg from 'pg'
 import { withDatabase } from '../../src/db/errors.js'
 import { errorResponses } from '../../src/http/errors.js'
-import { sendCommitted, sendList } from '../../src/http/replies.js'
+import { createHandler, listHandler } from '../../src/http/replies.js'
 import { ref } from '../../src/http/shared-schemas.js'
 import { Collection } from '../../src/machinery/collection.js'
 import { digestOf } from '../../src/machinery/idempotency.js'
-import type { ListSerializer } from '../../src/machinery/list-cache.js'
 import { NAME_PATTERN } from '../../src/shared/text-rules.js'
 
 /*
@@ -75,26 +74,11 @@ async function widgets (app: FastifyInstance): Promise<void> {
     registry: app.metrics
   })
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
-  const location = (widget: Widget): string => `/v1/widgets/${widget.id}`
 
-  api.get('/v1/widgets', { schema: { hide: true, response: { 200: Type.Array(ref(WidgetSchema)), ...errorResponses(401, 503) } } }, (request, reply) => {
-    const hit = collection.cached()
-    if (hit !== undefined) { sendList(request, reply, hit); return }
-    return collection.list(reply.getSerializationFunction('200') as unknown as ListSerializer<Widget>).then(list => { sendList(request, reply, list) })
-  })
-
+  api.get('/v1/widgets', { schema: { hide: true, response: { 200: Type.Array(ref(WidgetSchema)), ...errorResponses(401, 503) } } }, listHandler(collection))
   api.post('/v1/widgets', {
     schema: { hide: true, headers: Type.Object({ 'idempotency-key': Type.Optional(Type.String({ minLength: 1 })) }), body: ref(NewWidgetSchema), response: { 201: ref(WidgetSchema), ...errorResponses(400, 401, 409, 422, 503) } }
-  }, async (request, reply) => {
-    const key = request.headers['idempotency-key']
-    if (key === undefined) {
-      const widget = await collection.create(request.body)
-      return await reply.code(201).header('location', location(widget)).send(widget)
-    }
-    const serialize = reply.getSerializationFunction('201') as unknown as (widget: Widget) => string
-    const outcome = await collection.createIdempotent(request.apiKeyDigest as Buffer, key, request.body, widget => ({ status: 201, body: serialize(widget), location: location(widget) }))
-    return await sendCommitted(reply, outcome.response, outcome.kind === 'replay')
-  })
+  }, createHandler(collection, widget => `/v1/widgets/${widget.id}`))
 }
 
 export default fp(widgets, { name: 'widgets', dependencies: ['data'] })
