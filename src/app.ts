@@ -2,17 +2,11 @@ import { randomBytes, randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Registry } from 'prom-client'
-import { notifyThrough } from './categories/change-feed.js'
-import { CategoryCreateBatcher } from './categories/create-batcher.js'
-import { CategoryListCache } from './categories/list-cache.js'
-import { IdempotencyStore } from './categories/idempotency.js'
-import { CategoryRepository } from './categories/repository.js'
-import { registerCategoryRoutes } from './categories/routes.js'
-import { CategorySchema, NewCategorySchema } from './categories/schemas.js'
+import categories from './categories/index.js'
 import type { Config } from './config.js'
 import { createPool } from './db/pool.js'
 import { DatabaseServers } from './db/servers.js'
-import { migrationNames, runMigrations } from './db/migrate.js'
+import { migrationNames } from './db/migrate.js'
 import auth from './http/auth.js'
 import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
 import { ErrorSchema } from './http/errors.js'
@@ -22,6 +16,7 @@ import { registerMetrics } from './http/metrics.js'
 import { registerResponseHeaders, type Lifecycle } from './http/lifecycle.js'
 import { lazyRequestLogger } from './http/request-logger.js'
 import { registerOpenApi } from './http/openapi.js'
+import data from './plugins/data.js'
 import rateLimits from './http/rate-limit.js'
 import { registerSingletonHeaderCheck } from './http/singleton-headers.js'
 import { registerPetRoutes } from './pets/routes.js'
@@ -64,7 +59,11 @@ function loggerOptions (config: Config, options: AppOptions): FastifyServerOptio
   }
 }
 
-/** The whole service: production (server.ts) and every test build it through this one factory. */
+/**
+ * The whole service: production (server.ts) and every test build it through this one factory.
+ * It needs no database to be built (nothing connects until a request or the change feed does):
+ * the migrations are applied before it (db/migrate.ts), and the OpenAPI export builds it alone.
+ */
 export async function buildApp (config: Config & { databaseUrl: string }, options: AppOptions = {}): Promise<FastifyInstance> {
   const app = Fastify({
     logger: loggerOptions(config, options),
@@ -103,12 +102,6 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
   // Before the rate limits and auth: a repeated Authorization is refused before any key is looked at.
   registerSingletonHeaderCheck(app)
 
-  await runMigrations(config.databaseDirectUrl ?? config.databaseUrl, {
-    info: (msg) => { app.log.debug(msg) },
-    warn: (msg) => { app.log.warn(msg) },
-    // A failed migration is thrown, and the start reports it in one line; the runner's own account is a detail.
-    error: (msg) => { app.log.debug(msg) }
-  })
   // Unique per instance: the change notifications name the writer, so the list cache can skip the echo of its own creates.
   const writerName = `petstore/${randomBytes(6).toString('hex')}`
   // Every connection, the pool's and the change feed's, is checked against the server the database address leads to now.
@@ -130,32 +123,28 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     done()
   })
 
-  for (const schema of [ErrorSchema, NewCategorySchema, CategorySchema]) app.addSchema(schema)
+  app.addSchema(ErrorSchema)
   await registerOpenApi(app)
   // Before auth: an address over its failed-authentication limit is refused before its key is checked.
   await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit, redis: config.redis, registry: app.metrics })
   await app.register(auth, { digests: config.apiKeyDigests })
 
   registerHealthRoutes(app, { pool, migrations: await migrationNames(), lifecycle })
-  const categories = new CategoryRepository(pool)
-  const listCache = new CategoryListCache(categories, {
-    ...(config.databaseDirectUrl === undefined
+  // What every resource shares: the pool, one change feed, the Idempotency-Key store.
+  await app.register(data, {
+    pool,
+    listen: config.databaseDirectUrl === undefined
       ? { connectionString: config.databaseUrl, connectionName: 'DATABASE_URL' }
-      : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' }),
-    notify: notifyThrough(pool),
+      : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' },
+    writerName,
     // As long as the pool itself lets the probe wait for a connection and run (query_timeout).
     probeSendTimeoutMs: config.db.connectionTimeoutMs + config.db.statementTimeoutMs + 1000,
-    ownWriterName: writerName,
-    log: app.log,
-    registry: app.metrics,
-    onConnect: servers.register
+    onConnect: servers.register,
+    idempotencyCleanupMs: IDEMPOTENCY_CLEANUP_INTERVAL_MS,
+    registry: app.metrics
   })
-  listCache.start()
-  app.addHook('onClose', async () => { await listCache.close() })
-  const idempotency = new IdempotencyStore(pool)
-  idempotency.startCleanup(IDEMPOTENCY_CLEANUP_INTERVAL_MS, (err) => { app.log.warn({ err }, 'deleting expired idempotency keys failed') })
-  app.addHook('onClose', async () => { idempotency.stopCleanup() })
-  registerCategoryRoutes(app, { categories, creates: new CategoryCreateBatcher(categories, { registry: app.metrics, observer: listCache }), listCache, idempotency })
+  // The resources.
+  await app.register(categories)
   registerPetRoutes(app, { sunset: config.petsSunset })
   registerStoreRoutes(app)
 

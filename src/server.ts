@@ -6,6 +6,7 @@ import { buildApp } from './app.js'
 import { loadConfig, sha256, type Config } from './config.js'
 import { lockDataDir } from './db/data-dir-lock.js'
 import { startEmbeddedPostgres } from './db/embedded.js'
+import { runMigrations } from './db/migrate.js'
 import { readOrCreateSecret } from './dev-secrets.js'
 import { startMetricsServer } from './http/metrics.js'
 import { checkDatabase, checkPortFree, describeBuildError, describeListenError } from './startup-checks.js'
@@ -50,6 +51,13 @@ async function start (config: Config, started: Started): Promise<void> {
   }
 
   const url = databaseUrl
+  // The schema first (on DATABASE_DIRECT_URL behind a transaction pooler), then the app that uses it.
+  await runMigrations(config.databaseDirectUrl ?? url, {
+    info: (msg) => { if (debug) console.log(`petstore: ${msg}`) },
+    warn: (msg) => { console.warn(`petstore: ${msg}`) },
+    // A failed migration is thrown, and the start reports it in one line; the runner's own account is a detail.
+    error: (msg) => { if (debug) console.error(`petstore: ${msg}`) }
+  }).catch((err: unknown) => { throw describeBuildError(err, url) })
   const app = await buildApp({ ...config, databaseUrl: url }).catch((err: unknown) => { throw describeBuildError(err, url) })
   undo.push(async () => { await app.close() })
   const metrics = await startMetricsServer(app.metrics, config.metrics)

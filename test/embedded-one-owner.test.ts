@@ -4,7 +4,7 @@ import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { isAlive, lockDataDir } from '../src/db/data-dir-lock.js'
-import { freePort } from '../src/db/embedded.js'
+import { freePort } from './helpers/ports.js'
 import { startServer, type ServerProcess } from './helpers/server-process.js'
 
 /*

@@ -4,11 +4,13 @@ import type { FastifyInstance } from 'fastify'
 import pg from 'pg'
 import { Registry } from 'prom-client'
 import t from 'tap'
-import { LISTENER_APPLICATION_NAME, notifyThrough } from '../src/categories/change-feed.js'
-import { CategoryListCache, ifNoneMatchHits } from '../src/categories/list-cache.js'
+import { CATEGORIES_CHANNEL } from '../src/categories/index.js'
 import { CategoryRepository } from '../src/categories/repository.js'
 import type { Category } from '../src/categories/schemas.js'
 import { createPool, POOL_QUEUE_FULL } from '../src/db/pool.js'
+import { ifNoneMatchHits } from '../src/http/replies.js'
+import { ChangeFeed, LISTENER_APPLICATION_NAME, notifyThrough, type ChangeFeedOptions } from '../src/machinery/change-feed.js'
+import { ListCache, type ListSource } from '../src/machinery/list-cache.js'
 import { testApp, AUTH, json, metric } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
@@ -48,6 +50,14 @@ const sha1Tag = (body: string): string => `"${createHash('sha1').update(body).di
 const reads = async (app: FastifyInstance | Registry, source: string): Promise<number> => await metric(app, 'categories_list_reads_total', { source })
 
 await until('both instances listen', async () => await listening(a) && await listening(b))
+
+/** The categories' list cache on a change feed of its own, as the app wires it (categories/index.ts), started. */
+function categoryListCache (source: ListSource<Category>, options: ChangeFeedOptions & { registry?: Registry, maxPendingRows?: number }): { cache: ListCache<Category>, close: () => Promise<void> } {
+  const feed = new ChangeFeed(options)
+  const cache = new ListCache(source, { feed, channel: CATEGORIES_CHANNEL, metricPrefix: 'categories', rowName: 'Category', registry: options.registry, maxPendingRows: options.maxPendingRows })
+  feed.start()
+  return { cache, close: async () => { await feed.close() } }
+}
 
 t.test('If-None-Match: RFC 9110 matching', async t => {
   t.ok(ifNoneMatchHits('"abc"', '"abc"'))
@@ -207,9 +217,8 @@ t.test('the list cache on its own: own rows with a refresh in flight, and the bo
       if (held !== undefined) { held.read(); await held.release }
     }
   }
-  const cache = new CategoryListCache(heldRepository, { connectionString: db.url, notify: notifyThrough(pool), ownWriterName: writerName, log: { warn () {}, info () {} }, registry, maxPendingRows: 3 })
-  cache.start()
-  t.teardown(async () => { await cache.close(); await pool.end() })
+  const { cache, close } = categoryListCache(heldRepository, { connectionString: db.url, notify: notifyThrough(pool), ownWriterName: writerName, log: { warn () {}, info () {} }, registry, maxPendingRows: 3 })
+  t.teardown(async () => { await close(); await pool.end() })
   await until('the cache listens', async () => cache.listening)
   const serialize = (rows: Category[]): string => `[${rows.map(categoryJson).join(',')}]`
   const names = async (): Promise<string[]> => (JSON.parse((await cache.read(serialize)).body.toString('utf8')) as Array<{ name: string }>).map(c => c.name)
@@ -258,7 +267,7 @@ t.test('a feed that cannot prove it hears never serves from the cache, warns onc
   for (const { label, notify, warnings: expected } of cases) {
     const warnings: Array<{ msg: string, retryInMs?: number }> = []
     const registry = new Registry()
-    const cache = new CategoryListCache(repository, {
+    const { cache, close } = categoryListCache(repository, {
       connectionString: db.url,
       notify,
       registry,
@@ -268,8 +277,7 @@ t.test('a feed that cannot prove it hears never serves from the cache, warns onc
       deafRetryMs: 400,
       log: { warn (obj: { retryInMs?: number }, msg: string) { warnings.push({ msg, retryInMs: obj.retryInMs }) }, info () {} }
     })
-    cache.start()
-    t.teardown(async () => { await cache.close() })
+    t.teardown(close)
     await until(`the ${label} feed has missed five probes`, async () => await metric(registry, 'categories_change_feed_probes_missed') >= 5)
     t.notOk(cache.listening, `${label}: the feed does not claim to hear`)
     t.equal(await metric(registry, 'categories_change_feed_listening'), 0)
@@ -290,7 +298,7 @@ t.test('a busy pool is not a deaf feed: the probe takes no request\'s place in t
   t.teardown(async () => { await pool.end() })
   const registry = new Registry()
   const warnings: string[] = []
-  const cache = new CategoryListCache(new CategoryRepository(pool), {
+  const { cache, close } = categoryListCache(new CategoryRepository(pool), {
     connectionString: db.url,
     notify: notifyThrough(pool),
     registry,
@@ -298,8 +306,7 @@ t.test('a busy pool is not a deaf feed: the probe takes no request\'s place in t
     probeTimeoutMs: 150,
     log: { warn (_obj: unknown, msg: string) { warnings.push(msg) }, info () {} }
   })
-  cache.start()
-  t.teardown(async () => { await cache.close() })
+  t.teardown(close)
   await until('the feed hears', async () => cache.listening)
   const held = await pool.connect()
   let released = false

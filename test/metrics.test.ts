@@ -1,5 +1,5 @@
 import t from 'tap'
-import { freePort } from '../src/db/embedded.js'
+import { freePort } from './helpers/ports.js'
 import { Histogram, Registry, type Metric } from 'prom-client'
 import { RequestDurations, startMetricsServer } from '../src/http/metrics.js'
 import { testApp, AUTH } from './helpers/app.js'

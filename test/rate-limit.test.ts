@@ -1,7 +1,7 @@
 import t, { type Test } from 'tap'
 import { AUTH, OTHER_KEY, TEST_KEY, metric, testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
-import { freePort } from './helpers/redis.js'
+import { freePort } from './helpers/ports.js'
 
 const db = await testDatabase(t)
 const BAD = { authorization: 'Bearer not-a-valid-key' }

@@ -1,13 +1,12 @@
-import { ApiError, serviceUnavailable } from '../http/errors.js'
 import { POOL_QUEUE_FULL } from './pool.js'
 import { COMMIT_NOT_REPLICATED, DATABASE_IN_RECOVERY } from './servers.js'
 
 /*
  * The one place where driver errors become the service's errors. Anything that
- * means "the database cannot answer now" is a 503 the client may retry;
- * everything else stays an unexpected error (a 500, logged). The
- * classification (isDatabaseUnavailable) knows nothing of HTTP; only the two
- * functions below it do.
+ * means "the database cannot answer now" becomes a DatabaseUnavailableError (the
+ * HTTP error handler answers it with a 503 and Retry-After: the client may retry);
+ * everything else stays as it was thrown (an unexpected error). Nothing here
+ * knows of HTTP.
  */
 
 /**
@@ -39,8 +38,22 @@ const UNAVAILABLE_SQLSTATES = [
 const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', POOL_QUEUE_FULL, DATABASE_IN_RECOVERY, COMMIT_NOT_REPLICATED])
 const SQLSTATE = /^[0-9A-Z]{5}$/
 
+/** The database cannot answer now (unreachable, restarting, read-only, overloaded...); a retry shortly after may succeed. */
+export class DatabaseUnavailableError extends Error {
+  /** The SQLSTATE or error code that classified the failure, when it had one (else the driver's message told). */
+  readonly reason: string | undefined
+
+  constructor (cause: unknown) {
+    super('the database is unavailable; retry shortly', { cause })
+    this.name = 'DatabaseUnavailableError'
+    const code = (cause as { code?: unknown } | undefined)?.code
+    this.reason = typeof code === 'string' ? code : undefined
+  }
+}
+
 export function isDatabaseUnavailable (err: unknown): boolean {
-  if (!(err instanceof Error) || err instanceof ApiError) return false
+  if (err instanceof DatabaseUnavailableError) return true
+  if (!(err instanceof Error)) return false
   const code = (err as { code?: unknown }).code
   if (typeof code === 'string') {
     if (UNAVAILABLE_CODES.has(code)) return true
@@ -50,18 +63,12 @@ export function isDatabaseUnavailable (err: unknown): boolean {
   return /timeout exceeded when trying to connect|Connection terminated|Query read timeout|Client has encountered a connection error|Connection ended|not queryable/i.test(err.message)
 }
 
-/** Runs a database call and turns "unavailable" failures into a 503 ApiError. */
+/** Runs a database call and turns "unavailable" failures into a DatabaseUnavailableError. */
 export async function withDatabase<T> (call: () => Promise<T>): Promise<T> {
   try {
     return await call()
   } catch (err) {
-    if (isDatabaseUnavailable(err)) throw databaseUnavailable(err)
-    throw err
+    if (err instanceof DatabaseUnavailableError || !isDatabaseUnavailable(err)) throw err
+    throw new DatabaseUnavailableError(err)
   }
-}
-
-export function databaseUnavailable (cause: unknown): ApiError {
-  const error = serviceUnavailable('the database is unavailable; retry shortly')
-  error.cause = cause
-  return error
 }

@@ -19,7 +19,7 @@ export interface PoolOptions {
   preparedStatements?: boolean
   /** Queries allowed to wait for a connection when every connection is busy; beyond that, fail at once. */
   maxWaiting?: number
-  /** How the pool's sessions are named in pg_stat_activity, and in the change notifications their writes cause (see categories/change-feed.ts). */
+  /** How the pool's sessions are named in pg_stat_activity, and in the change notifications their writes cause (see machinery/change-feed.ts). */
   applicationName?: string
   /** Checks every new connection: no standby, and no connection left on a server the address no longer leads to (db/servers.ts). */
   servers?: DatabaseServers
@@ -52,7 +52,7 @@ const outsideTheBound = new WeakMap<pg.Pool, { connect: () => Promise<pg.PoolCli
 
 /**
  * One statement that neither counts against DB_POOL_MAX_WAITING nor is refused by it: the change
- * feed's probe (one at a time, categories/change-feed.ts) must not take a request's place in the
+ * feed's probe (one at a time, machinery/change-feed.ts) must not take a request's place in the
  * wait queue. It still waits no longer than the pool's connection timeout.
  */
 export async function queryOutsideQueueBound (pool: pg.Pool, text: string, values: unknown[]): Promise<void> {

@@ -1,8 +1,10 @@
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { patternRules } from '../categories/schemas.js'
-import { ApiError, errorForStatus, malformedJson, notFound, validationFailed } from './errors.js'
+import { DatabaseUnavailableError } from '../db/errors.js'
+import { IdempotencyKeyInUseError, IdempotencyKeyReusedError } from '../machinery/idempotency.js'
+import { patternRules } from '../shared/text-rules.js'
+import { ApiError, errorForStatus, malformedJson, notFound, serviceUnavailable, validationFailed } from './errors.js'
 
 /*
  * One place turns every failure into the contract's Error body: our own
@@ -39,6 +41,9 @@ function describeValidation (error: AjvError, context: string): string {
 /** Maps any thrown value to the ApiError the client sees. */
 export function toApiError (err: unknown): ApiError {
   if (err instanceof ApiError) return err
+  if (err instanceof DatabaseUnavailableError) return serviceUnavailable(err.message)
+  if (err instanceof IdempotencyKeyInUseError) return new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', err.message, { 'retry-after': String(err.retryAfterSeconds) })
+  if (err instanceof IdempotencyKeyReusedError) return new ApiError(422, 'IDEMPOTENCY_KEY_REUSED', err.message)
   const error = err as FastifyError & { validation?: AjvError[], validationContext?: string }
   if (Array.isArray(error.validation) && error.validation[0] !== undefined) {
     return validationFailed(describeValidation(error.validation[0], error.validationContext ?? 'body'))
@@ -71,9 +76,9 @@ export function registerErrorHandling (app: FastifyInstance): void {
     const error = toApiError(err)
     if (error.code === 'INTERNAL_ERROR') {
       request.log.error({ err }, 'unexpected error')
-    } else if (error.status === 503 && error.cause !== undefined) {
+    } else if (err instanceof DatabaseUnavailableError) {
       // The database failure behind a 503 is worth a warning; an expected 503 (draining, not migrated) is not.
-      request.log.warn({ err: error.cause }, error.message)
+      request.log.warn({ err: err.cause, reason: err.reason }, err.message)
     }
     return sendError(reply, error)
   })

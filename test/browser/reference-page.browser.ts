@@ -7,7 +7,7 @@ import { networkInterfaces, tmpdir } from 'node:os'
 import path from 'node:path'
 import { chromium, type Page } from 'playwright-core'
 import t, { type Test } from 'tap'
-import { freePort } from '../../src/db/embedded.js'
+import { freePort } from '../helpers/ports.js'
 import { startServer } from '../helpers/server-process.js'
 
 /*

@@ -3,10 +3,13 @@ import type { FastifyInstance } from 'fastify'
 import { Registry } from 'prom-client'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
+import { runMigrations } from '../../src/db/migrate.js'
 
 export const TEST_KEY = 'test-key-0123456789'
 export const OTHER_KEY = 'other-key-9876543210'
 export const AUTH = { authorization: `Bearer ${TEST_KEY}` }
+
+const quietMigrations = { info: () => {}, warn: () => {}, error: () => {} }
 
 interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
 
@@ -18,7 +21,7 @@ export interface CapturedLogs { lines: string[] }
  * (the same parsing and defaults) and the same buildApp factory. `env` adds or
  * overrides variables.
  */
-export async function testApp (t: Teardown, databaseUrl: string, env: Record<string, string> = {}): Promise<{ app: FastifyInstance, logs: CapturedLogs }> {
+export async function testApp (t: Teardown, databaseUrl: string, env: Record<string, string> = {}, extra: { register?: (app: FastifyInstance) => Promise<void> } = {}): Promise<{ app: FastifyInstance, logs: CapturedLogs }> {
   const logs: CapturedLogs = { lines: [] }
   const logStream = new Writable({
     write (chunk: Buffer, _encoding, callback) {
@@ -28,8 +31,12 @@ export async function testApp (t: Teardown, databaseUrl: string, env: Record<str
   })
   const config = loadConfig({ DATABASE_URL: databaseUrl, API_KEYS: `${TEST_KEY},${OTHER_KEY}`, LOG_LEVEL: 'warn', METRICS_PORT: '0', ...env })
   if (config.databaseUrl === undefined) throw new Error('testApp needs a database URL')
+  // As server.ts does: the migrations, then the app.
+  await runMigrations(config.databaseDirectUrl ?? config.databaseUrl, quietMigrations)
   const app = await buildApp({ ...config, databaseUrl: config.databaseUrl }, { logStream })
   t.teardown(async () => { await app.close() })
+  // More of what the service could be made of (test-only resources), before it is ready.
+  await extra.register?.(app)
   await app.ready()
   return { app, logs }
 }

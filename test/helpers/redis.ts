@@ -1,11 +1,11 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtemp, rm } from 'node:fs/promises'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
+import { freePort } from './ports.js'
 
 /**
  * A redis-server of the test's own (Debian's redis-server package; `npm run
@@ -27,17 +27,6 @@ export interface TestRedis {
 }
 
 interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
-
-/** A loopback port that was free a moment ago (nothing listens there now). */
-export async function freePort (): Promise<number> {
-  const server = createServer()
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const address = server.address()
-  server.close()
-  if (address === null || typeof address === 'string') throw new Error('no free port')
-  return address.port
-}
 
 export async function testRedis (t: Teardown, options: { password?: string } = {}): Promise<TestRedis> {
   if (spawnSync('redis-server', ['--version']).error !== undefined) {

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { freePort } from '../../src/db/embedded.js'
+import { freePort } from './ports.js'
 
 /*
  * The service as a real process, started as `npm start` starts it (src/server.ts,

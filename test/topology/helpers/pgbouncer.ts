@@ -5,7 +5,7 @@ import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { freePort } from '../../../src/db/embedded.js'
+import { freePort } from '../../helpers/ports.js'
 
 /*
  * A real PgBouncer (Debian's package, installed when missing) in front of a

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process'
 import net from 'node:net'
-import { freePort } from '../../../src/db/embedded.js'
+import { freePort } from '../../helpers/ports.js'
 
 /*
  * Ports for clusters, proxies and instances. With TOPOLOGY_PORTS=FROM-TO

@@ -2,14 +2,15 @@ import { randomBytes } from 'node:crypto'
 import pg from 'pg'
 import { queryOutsideQueueBound } from '../db/pool.js'
 
-export const CHANGE_CHANNEL = 'categories_changed'
 /** Distinctive, so operators (and tests) can find the listening connection in pg_stat_activity. */
-export const LISTENER_APPLICATION_NAME = 'petstore-categories-listener'
+export const LISTENER_APPLICATION_NAME = 'petstore-listener'
+/** The channel the feed's own probes travel on (one for every channel it listens to: they share its connection). */
+export const PROBE_CHANNEL = 'petstore_feed_probe'
 /**
- * Payloads of the feeds' own probe notifications (see CategoryChangeFeed). The
- * trigger's payloads are writers' application_names (`petstore/...` for this
- * service), so a probe is never taken for a change, and no instance drops its list
- * for another instance's probe.
+ * Payloads of the feeds' own probe notifications (see ChangeFeed). The tables'
+ * triggers send writers' application_names (`petstore/...` for this service), so
+ * a probe is never taken for a change, on any channel (earlier versions probed on
+ * the change channel itself), and no instance drops its list for another's probe.
  */
 export const PROBE_PREFIX = 'petstore-feed-probe/'
 
@@ -25,8 +26,6 @@ export interface ChangeFeedOptions {
    * pool): the feed proves it hears by sending itself a probe this way.
    */
   notify: (channel: string, payload: string) => Promise<void>
-  /** Called on every notification not skipped (below), and whenever the feed starts or stops hearing (the cache cannot trust itself then). */
-  onChange: () => void
   /**
    * The application_name of this instance's own pool. The trigger sends the
    * writer's application_name as the payload, so a notification carrying this
@@ -68,9 +67,21 @@ export function notifyThrough (pool: pg.Pool): ChangeFeedOptions['notify'] {
   return async (channel, payload) => { await queryOutsideQueueBound(pool, 'SELECT pg_notify($1, $2)', [channel, payload]) }
 }
 
+/** One channel's subscriber: told of every change announced on it, and whenever the feed starts or stops hearing. */
+export interface Subscription {
+  readonly channel: string
+  /** Notifications on this channel skipped as the echo of this instance's own writes. */
+  readonly ownEchoes: number
+}
+
+interface Subscriber { channel: string, ownEchoes: number, onChange: () => void }
+
+const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/
+
 /**
- * One dedicated connection (not from the pool) that LISTENs for changes to the
- * categories table, and proves that it hears them: a LISTEN that succeeded
+ * One dedicated connection (not from the pool) that LISTENs on the change
+ * channels of every subscriber (each table's trigger notifies its own channel
+ * with the writer's application_name), and proves that it hears them: a LISTEN that succeeded
  * proves nothing behind a transaction pooler, which runs it on some server
  * connection and then hands that connection to other clients (the notifications
  * are dropped), while every query on the listening connection still succeeds.
@@ -81,7 +92,7 @@ export function notifyThrough (pool: pg.Pool): ChangeFeedOptions['notify'] {
  * probe was heard within `probeTimeoutMs`; when a probe is not heard the feed
  * reconnects with exponential backoff, and when the connection drops too.
  */
-export class CategoryChangeFeed {
+export class ChangeFeed {
   listening = false
   /** How many times the connection was lost, never made, or found deaf since start. */
   drops = 0
@@ -89,9 +100,9 @@ export class CategoryChangeFeed {
   probesMissed = 0
   /** How long the last heard probe took from sending to its echo, in milliseconds. */
   lastEchoMs: number | undefined
-  /** Notifications skipped as the echo of this instance's own writes. */
-  ownEchoes = 0
   readonly connectionName: string
+  private readonly subscribers = new Map<string, Subscriber>()
+  private started = false
   private readonly id = randomBytes(6).toString('hex')
   private probes = 0
   private awaitedProbe: { payload: string, heard: () => void } | undefined
@@ -123,8 +134,28 @@ export class CategoryChangeFeed {
     this.deafRetryMs = options.deafRetryMs ?? 10 * 60 * 1000
   }
 
+  /**
+   * Listens on `channel` too (before start: the channels are LISTENed on each new connection). `onChange` is
+   * called on every notification there that is not this instance's own echo, and whenever the feed starts
+   * or stops hearing (a cache cannot trust itself then).
+   */
+  subscribe (channel: string, onChange: () => void): Subscription {
+    if (this.started) throw new Error('subscribe to the change feed before it starts')
+    if (!CHANNEL_NAME.test(channel) || channel === PROBE_CHANNEL) throw new Error(`not a channel name for the change feed: ${channel}`)
+    if (this.subscribers.has(channel)) throw new Error(`the change feed already has a subscriber on ${channel}`)
+    const subscriber: Subscriber = { channel, ownEchoes: 0, onChange }
+    this.subscribers.set(channel, subscriber)
+    return subscriber
+  }
+
   start (): void {
-    this.connect().catch((err: unknown) => { this.options.log.warn({ err }, 'category change feed failed to start') })
+    this.started = true
+    this.connect().catch((err: unknown) => { this.options.log.warn({ err }, 'change feed failed to start') })
+  }
+
+  /** Every subscriber's cache must be dropped: the feed starts or stops hearing, so what it heard (or missed) is not known. */
+  private changedEverywhere (): void {
+    for (const subscriber of this.subscribers.values()) subscriber.onChange()
   }
 
   async close (): Promise<void> {
@@ -148,7 +179,7 @@ export class CategoryChangeFeed {
     })
     this.client = client
     let dropped = false
-    const drop = (err?: unknown, reason = 'category change feed disconnected; serving the list from the database'): void => {
+    const drop = (err?: unknown, reason = 'change feed disconnected; serving lists from the database'): void => {
       if (dropped) return
       dropped = true
       const wasListening = this.listening
@@ -158,13 +189,13 @@ export class CategoryChangeFeed {
       client.end().catch(() => {})
       if (this.closed) return
       this.drops++
-      this.options.onChange()
+      this.changedEverywhere()
       const paused = this.deafConnections >= DEAF_CONNECTIONS_BEFORE_PAUSE
       const delay = paused ? this.deafRetryMs : Math.min(this.maxBackoffMs, this.minBackoffMs * 2 ** this.attempt) * (0.75 + Math.random() * 0.5)
       this.attempt++
       if (err !== undefined) this.options.log.warn({ err, retryInMs: Math.round(delay), wasListening, connection: this.connectionName }, reason)
       if (paused && this.deafConnections === DEAF_CONNECTIONS_BEFORE_PAUSE) {
-        this.options.log.warn({ retryInMs: delay, connection: this.connectionName }, `category change feed heard nothing on ${DEAF_CONNECTIONS_BEFORE_PAUSE} connections in a row; it tries again less often (each LISTEN through a transaction pooler stays behind on one of its server connections)`)
+        this.options.log.warn({ retryInMs: delay, connection: this.connectionName }, `change feed heard nothing on ${DEAF_CONNECTIONS_BEFORE_PAUSE} connections in a row; it tries again less often (each LISTEN through a transaction pooler stays behind on one of its server connections)`)
       }
       this.retryTimer = setTimeout(() => { this.start() }, delay)
       this.retryTimer.unref()
@@ -172,22 +203,20 @@ export class CategoryChangeFeed {
     client.on('error', drop)
     client.on('end', () => { drop(new Error('listening connection ended')) })
     client.on('notification', (message) => {
-      if (message.channel !== CHANGE_CHANNEL) return
-      const payload = message.payload ?? ''
-      if (payload.startsWith(PROBE_PREFIX)) {
-        if (payload === this.awaitedProbe?.payload) this.awaitedProbe.heard()
-        return
-      }
-      if (this.options.ownWriterName !== undefined && payload === this.options.ownWriterName) {
-        this.ownEchoes++
-        return
-      }
-      this.options.onChange()
+      const kind = notificationKind(message.channel, message.payload ?? '', {
+        awaitedProbe: this.awaitedProbe?.payload,
+        subscribed: channel => this.subscribers.has(channel),
+        ownWriterName: this.options.ownWriterName
+      })
+      if (kind === 'awaited-probe') this.awaitedProbe?.heard()
+      else if (kind === 'own-echo') (this.subscribers.get(message.channel) as Subscriber).ownEchoes++
+      else if (kind === 'change') (this.subscribers.get(message.channel) as Subscriber).onChange()
     })
     try {
       await client.connect()
       await this.options.onConnect?.(client)
-      await client.query(`LISTEN ${CHANGE_CHANNEL}`)
+      // Names checked by subscribe(): plain lower-case identifiers.
+      await client.query([PROBE_CHANNEL, ...this.subscribers.keys()].map(channel => `LISTEN ${channel}`).join('; '))
     } catch (err) {
       drop(err)
       return
@@ -209,7 +238,7 @@ export class CategoryChangeFeed {
     let heard = false
     let onHeard = (): void => {}
     this.awaitedProbe = { payload, heard: () => { heard = true; onHeard() } }
-    const sending = await settleWithin(this.options.notify(CHANGE_CHANNEL, payload), this.probeSendTimeoutMs)
+    const sending = await settleWithin(this.options.notify(PROBE_CHANNEL, payload), this.probeSendTimeoutMs)
     if (sending.sent && !heard) {
       await new Promise<void>(resolve => {
         const timer = setTimeout(resolve, this.probeTimeoutMs)
@@ -226,10 +255,10 @@ export class CategoryChangeFeed {
       if (sending.sent) {
         if (first) this.deafConnections++
         drop(report ? new Error('probe notification not heard') : undefined,
-          `category change feed did not hear its own notification within ${this.probeTimeoutMs} ms; serving the list from the database` +
+          `change feed did not hear its own notification within ${this.probeTimeoutMs} ms; serving lists from the database` +
           (this.connectionName === 'DATABASE_URL' ? ' (behind a transaction pooler LISTEN hears nothing: set DATABASE_DIRECT_URL)' : ''))
       } else {
-        drop(report ? sending.err : undefined, 'category change feed could not send its probe notification; serving the list from the database')
+        drop(report ? sending.err : undefined, 'change feed could not send its probe notification; serving lists from the database')
       }
       return
     }
@@ -237,10 +266,10 @@ export class CategoryChangeFeed {
     if (!this.listening) {
       this.listening = true
       // Changes committed before we heard were never announced to us.
-      this.options.onChange()
+      this.changedEverywhere()
       const again = this.attempt > 0 || this.reportedDeaf
       this.options.log.info({ echoMs: Math.round(this.lastEchoMs), connection: this.connectionName, ...(again ? { attempts: this.attempt } : {}) },
-        `category change feed hears notifications${again ? ' again' : ''}; serving the list from the cache`)
+        `change feed hears notifications${again ? ' again' : ''}; serving lists from the cache`)
     }
     this.attempt = 0
     this.reportedDeaf = false
@@ -248,6 +277,19 @@ export class CategoryChangeFeed {
     this.probeTimer = setTimeout(() => { this.prove(client, drop).catch(drop) }, this.probeIntervalMs)
     this.probeTimer.unref()
   }
+}
+
+/**
+ * What a notification means to the feed: the echo of the probe it waits for; another probe (an older
+ * one, another instance's, or one on a change channel from an earlier version), ignored; the echo of
+ * this instance's own write (the payload is its pool's application_name), skipped; a change to a
+ * subscribed channel; or nothing it listens for.
+ */
+export function notificationKind (channel: string, payload: string, state: { awaitedProbe: string | undefined, subscribed: (channel: string) => boolean, ownWriterName: string | undefined }): 'awaited-probe' | 'other-probe' | 'own-echo' | 'change' | 'unsubscribed' {
+  if (payload.startsWith(PROBE_PREFIX)) return channel === PROBE_CHANNEL && payload === state.awaitedProbe ? 'awaited-probe' : 'other-probe'
+  if (!state.subscribed(channel)) return 'unsubscribed'
+  if (state.ownWriterName !== undefined && payload === state.ownWriterName) return 'own-echo'
+  return 'change'
 }
 
 /** Whether `sending` resolved within `ms`, and why not. */

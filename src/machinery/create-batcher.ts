@@ -1,25 +1,30 @@
 import { Counter, Histogram, type Registry } from 'prom-client'
-import type { CategoryRepository } from './repository.js'
-import type { Category, NewCategory } from './schemas.js'
 
-interface PendingCreate {
-  category: NewCategory
-  resolve: (category: Category) => void
+interface PendingCreate<New, Created> {
+  input: New
+  resolve: (created: Created) => void
   reject: (err: unknown) => void
 }
 
-export interface CreateBatcherOptions {
+/** Where a batch goes: every input in one statement, committed together; result i belongs to input i. */
+export interface BatchInserter<New, Created> {
+  insertBatch: (inputs: New[]) => Promise<Created[]>
+}
+
+export interface CreateBatcherOptions<Created> {
   /** Most rows in one INSERT; the rest wait for the next batch. */
   maxRows?: number
   /** Batches running at once (each holds one pool connection). */
   maxInFlight?: number
   registry?: Registry
+  /** Metric names start with this (`widgets` gives widgets_insert_batch_rows); needed with `registry`. */
+  metricPrefix?: string
   /** Told of every batch before any of its requests is answered: the rows it committed, or that it failed (its outcome is then unknown). */
-  observer?: CreateObserver
+  observer?: CreateObserver<Created>
 }
 
-export interface CreateObserver {
-  created: (categories: Category[]) => void
+export interface CreateObserver<Created> {
+  created: (rows: Created[]) => void
   createFailed: () => void
 }
 
@@ -30,35 +35,37 @@ export interface CreateObserver {
  * for the next one. Every request gets its own row and id, resolves only after
  * the batch committed, and fails with the batch's error if it failed.
  */
-export class CategoryCreateBatcher {
-  private queue: PendingCreate[] = []
+export class CreateBatcher<New, Created> {
+  private queue: Array<PendingCreate<New, Created>> = []
   private inFlight = 0
   private flushScheduled = false
   private readonly maxRows: number
   private readonly maxInFlight: number
   private readonly batchRows: Histogram | undefined
   private readonly failedBatches: Counter | undefined
-  private readonly observer: CreateObserver | undefined
+  private readonly observer: CreateObserver<Created> | undefined
 
-  constructor (private readonly repository: Pick<CategoryRepository, 'insertBatch'>, options: CreateBatcherOptions = {}) {
+  constructor (private readonly repository: BatchInserter<New, Created>, options: CreateBatcherOptions<Created> = {}) {
     this.maxRows = options.maxRows ?? 256
     this.maxInFlight = options.maxInFlight ?? 1
     this.observer = options.observer
     const registers = options.registry === undefined ? undefined : [options.registry]
     if (registers !== undefined) {
+      const prefix = options.metricPrefix
+      if (prefix === undefined) throw new Error('a create batcher with a registry needs a metric prefix')
       this.batchRows = new Histogram({
-        name: 'categories_insert_batch_rows',
-        help: 'Rows per group-commit INSERT of categories',
+        name: `${prefix}_insert_batch_rows`,
+        help: `Rows per group-commit INSERT of ${prefix}`,
         buckets: [1, 2, 5, 10, 20, 50, 100, 200],
         registers
       })
-      this.failedBatches = new Counter({ name: 'categories_insert_batch_failures_total', help: 'Group-commit INSERTs that failed (every request in them failed)', registers })
+      this.failedBatches = new Counter({ name: `${prefix}_insert_batch_failures_total`, help: 'Group-commit INSERTs that failed (every request in them failed)', registers })
     }
   }
 
-  async create (category: NewCategory): Promise<Category> {
-    return await new Promise<Category>((resolve, reject) => {
-      this.queue.push({ category, resolve, reject })
+  async create (input: New): Promise<Created> {
+    return await new Promise<Created>((resolve, reject) => {
+      this.queue.push({ input, resolve, reject })
       this.scheduleFlush()
     })
   }
@@ -77,10 +84,10 @@ export class CategoryCreateBatcher {
     const batch = this.queue.splice(0, this.maxRows)
     this.inFlight++
     this.batchRows?.observe(batch.length)
-    this.repository.insertBatch(batch.map(pending => pending.category)).then(
-      categories => {
-        this.observer?.created(categories)
-        batch.forEach((pending, i) => { pending.resolve(categories[i] as Category) })
+    this.repository.insertBatch(batch.map(pending => pending.input)).then(
+      rows => {
+        this.observer?.created(rows)
+        batch.forEach((pending, i) => { pending.resolve(rows[i] as Created) })
       },
       (err: unknown) => {
         this.failedBatches?.inc()

@@ -2,18 +2,18 @@ import { createHash, randomUUID } from 'node:crypto'
 import pg from 'pg'
 import { withDatabase } from '../db/errors.js'
 import { confirmReplicated } from '../db/servers.js'
-import { ApiError } from '../http/errors.js'
-import type { NewCategory } from './schemas.js'
 
 /*
- * Idempotency-Key for createCategory, as the contract says: scoped to the API
- * key, remembered 24 hours in PostgreSQL (so every instance agrees), the same
- * key and body replays the first answer, a different body is 422, a request
- * still running is 409.
+ * Idempotency-Key for any operation that creates, as the contract says: scoped
+ * to the API key and to the operation (a key used for one operation never
+ * replays another's answer), remembered 24 hours in PostgreSQL (so every
+ * instance agrees), the same key and body replays the first answer, a different
+ * body is refused (IdempotencyKeyReusedError: 422 over HTTP), a request still
+ * running too (IdempotencyKeyInUseError: 409).
  *
  * A key's work is one transaction: it takes a transaction-scoped advisory lock
  * on the key (held elsewhere: 409 at once), reads the key's record, and
- * commits the category row with the record of its answer. Nothing about a
+ * commits the created row with the record of its answer. Nothing about a
  * request in flight is ever committed, so nothing can outlive it: when its
  * connection is lost (backend terminated, failover, network), PostgreSQL rolls
  * the transaction back and frees the lock, and the retry starts afresh; if the
@@ -32,41 +32,64 @@ export type Outcome<T> =
   | { kind: 'created', result: T }
   | { kind: 'replay', response: StoredResponse }
 
-/** The body as the service understood it: the same category sent with other spacing or member order is the same body. */
-export function requestHash (category: NewCategory): Buffer {
-  return createHash('sha256').update(JSON.stringify([category.name, category.description ?? null])).digest()
+/**
+ * A request body as the operation understood it, for `execute`'s hash: the parts in a fixed order (the same
+ * object sent with other spacing or member order is the same body). JSON, so no part can run into the next.
+ */
+export function digestOf (parts: readonly unknown[]): Buffer {
+  return createHash('sha256').update(JSON.stringify(parts)).digest()
 }
 
-/** The advisory lock of one key of one owner: 64 bits of a digest of both. */
-function lockId (owner: Buffer, key: string): string {
-  const digest = createHash('sha256').update(owner).update('\0').update(key).digest()
+/** The key is held by a request still running (or an earlier version's claim not yet lapsed): retry later. */
+export class IdempotencyKeyInUseError extends Error {
+  readonly retryAfterSeconds = RETRY_AFTER_SECONDS
+  constructor () {
+    super('a request with this Idempotency-Key is still being processed; retry later')
+    this.name = 'IdempotencyKeyInUseError'
+  }
+}
+
+/** The key was used for this operation with a different request body. */
+export class IdempotencyKeyReusedError extends Error {
+  constructor () {
+    super('this Idempotency-Key was already used with a different request body')
+    this.name = 'IdempotencyKeyReusedError'
+  }
+}
+
+/** A refusal: nothing was written. */
+export const isIdempotencyRefusal = (err: unknown): boolean => err instanceof IdempotencyKeyInUseError || err instanceof IdempotencyKeyReusedError
+
+/** The advisory lock of one key of one owner for one operation: 64 bits of a digest of the three. */
+function lockId (owner: Buffer, operation: string, key: string): string {
+  const digest = createHash('sha256').update(owner).update('\0').update(operation).update('\0').update(key).digest()
   return digest.readBigInt64BE(0).toString()
 }
 
 const RECORD = `
 SELECT request_hash, state, response_status, response_body, location, expires_at < now() AS expired, locked_until < now() AS lapsed
-FROM idempotency_keys WHERE key_owner = $1 AND idempotency_key = $2`
+FROM idempotency_keys WHERE key_owner = $1 AND operation = $2 AND idempotency_key = $3`
 
 // state 'running' and locked_until belong to records of earlier versions, which committed a claim before the work.
 const REMEMBER_ANSWER = `
-INSERT INTO idempotency_keys (key_owner, idempotency_key, request_hash, state, claim_token, locked_until, response_status, response_body, location, expires_at)
-VALUES ($1, $2, $3, 'done', $4, now(), $5, $6, $7, now() + interval '${REMEMBER}')
-ON CONFLICT (key_owner, idempotency_key) DO UPDATE
+INSERT INTO idempotency_keys (key_owner, operation, idempotency_key, request_hash, state, claim_token, locked_until, response_status, response_body, location, expires_at)
+VALUES ($1, $2, $3, $4, 'done', $5, now(), $6, $7, $8, now() + interval '${REMEMBER}')
+ON CONFLICT (key_owner, operation, idempotency_key) DO UPDATE
 SET request_hash = EXCLUDED.request_hash, state = 'done', claim_token = EXCLUDED.claim_token, locked_until = EXCLUDED.locked_until,
     response_status = EXCLUDED.response_status, response_body = EXCLUDED.response_body, location = EXCLUDED.location, expires_at = EXCLUDED.expires_at`
 
-interface RecordRow { request_hash: Buffer, state: 'running' | 'done', response_status: number | null, response_body: string | null, location: string | null, expired: boolean, lapsed: boolean }
+/** A key's record as read (the columns `decide` needs). */
+export interface RecordRow { request_hash: Buffer, state: 'running' | 'done', response_status: number | null, response_body: string | null, location: string | null, expired: boolean, lapsed: boolean }
 
 const LOCK_NOT_AVAILABLE = '55P03'
 
-const keyInUse = (): ApiError => new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', 'a request with this Idempotency-Key is still being processed; retry later',
-  { 'retry-after': String(RETRY_AFTER_SECONDS) })
+const keyInUse = (): IdempotencyKeyInUseError => new IdempotencyKeyInUseError()
 
 /** What a key's record says: replay its answer, refuse (409, 422), or do the work (no record, or one that no longer binds). */
-function decide (record: RecordRow | undefined, hash: Buffer): StoredResponse | undefined {
+export function decide (record: RecordRow | undefined, hash: Buffer): StoredResponse | undefined {
   if (record === undefined || record.expired) return undefined
   if (!record.request_hash.equals(hash)) {
-    throw new ApiError(422, 'IDEMPOTENCY_KEY_REUSED', 'this Idempotency-Key was already used with a different request body')
+    throw new IdempotencyKeyReusedError()
   }
   if (record.state === 'done') return { status: record.response_status ?? 201, body: record.response_body ?? '', location: record.location }
   // A claim of an earlier version: still held, or its holder died and the same body takes it over.
@@ -84,9 +107,9 @@ export class IdempotencyStore {
    * `work`'s, committed in one transaction with the record of its response:
    * both exist or neither does.
    */
-  async execute<T> (owner: Buffer, key: string, hash: Buffer, work: (client: pg.PoolClient) => Promise<{ result: T, response: StoredResponse }>): Promise<Outcome<T>> {
+  async execute<T> (owner: Buffer, operation: string, key: string, hash: Buffer, work: (client: pg.PoolClient) => Promise<{ result: T, response: StoredResponse }>): Promise<Outcome<T>> {
     // A key already answered (the usual retry) replays without a transaction.
-    const { rows } = await withDatabase(async () => await this.pool.query<RecordRow>({ text: RECORD, values: [owner, key] }))
+    const { rows } = await withDatabase(async () => await this.pool.query<RecordRow>({ text: RECORD, values: [owner, operation, key] }))
     const remembered = decide(rows[0], hash)
     if (remembered !== undefined) return { kind: 'replay', response: remembered }
 
@@ -95,10 +118,10 @@ export class IdempotencyStore {
       let broken: Error | undefined
       try {
         await client.query('BEGIN')
-        const locked = await client.query<{ locked: boolean }>({ text: 'SELECT pg_try_advisory_xact_lock($1) AS locked', values: [lockId(owner, key)] })
+        const locked = await client.query<{ locked: boolean }>({ text: 'SELECT pg_try_advisory_xact_lock($1) AS locked', values: [lockId(owner, operation, key)] })
         if (locked.rows[0]?.locked !== true) throw keyInUse()
         // Read again under the lock: the record may have been written since. NOWAIT: an earlier version's holder has it locked.
-        const current = await client.query<RecordRow>({ text: `${RECORD} FOR UPDATE NOWAIT`, values: [owner, key] })
+        const current = await client.query<RecordRow>({ text: `${RECORD} FOR UPDATE NOWAIT`, values: [owner, operation, key] })
           .catch((err: unknown) => { throw (err as { code?: unknown }).code === LOCK_NOT_AVAILABLE ? keyInUse() : err })
         const answered = decide(current.rows[0], hash)
         if (answered !== undefined) {
@@ -106,14 +129,14 @@ export class IdempotencyStore {
           return { kind: 'replay', response: answered }
         }
         const { result, response } = await work(client)
-        await client.query({ text: REMEMBER_ANSWER, values: [owner, key, hash, randomUUID(), response.status, response.body, response.location] })
+        await client.query({ text: REMEMBER_ANSWER, values: [owner, operation, key, hash, randomUUID(), response.status, response.body, response.location] })
         await client.query('COMMIT')
         confirmReplicated(client)
         return { kind: 'created', result }
       } catch (err) {
         // The server answered (with an error, or we refused): roll back and keep the connection. Otherwise (a timeout,
         // a lost connection, a commit the synchronous standby never confirmed) its state is unknown: close it.
-        if (err instanceof ApiError || err instanceof pg.DatabaseError) await client.query('ROLLBACK').catch((rollbackError: Error) => { broken = rollbackError })
+        if (isIdempotencyRefusal(err) || err instanceof pg.DatabaseError) await client.query('ROLLBACK').catch((rollbackError: Error) => { broken = rollbackError })
         else broken = err as Error
         throw err
       } finally {

@@ -1,8 +1,14 @@
 import { createHash, type Hash } from 'node:crypto'
 import { Counter, Gauge, type Registry } from 'prom-client'
-import { CategoryChangeFeed, type ChangeFeedOptions } from './change-feed.js'
-import type { CategoryRepository } from './repository.js'
-import type { Category } from './schemas.js'
+import type { ChangeFeed } from './change-feed.js'
+
+/** What a list cache holds: rows with a bigint id, listed in id order. */
+export interface Row { id: bigint }
+
+/** Where a list is read from: every row in id order, in chunks, from one snapshot (a repository's cursor read). */
+export interface ListSource<T extends Row> {
+  listInChunks: (onChunk: (rows: T[]) => void) => Promise<void>
+}
 
 /** The list as sent on the wire, and its strong ETag. */
 export interface SerializedList {
@@ -11,7 +17,7 @@ export interface SerializedList {
   etag: string
 }
 
-export type ListSerializer = (list: Category[]) => string
+export type ListSerializer<T extends Row = Row> = (list: T[]) => string
 
 interface CachedList extends SerializedList {
   /** The last (highest) id in the list, undefined when it is empty: only higher ids can be appended in order. */
@@ -42,7 +48,7 @@ const MIN_PART_BYTES = 8 * 1024
  * to grow. Started from a cached list, it appends: the cached bytes are reused
  * as they are, and only the new rows are serialized and hashed.
  */
-class ListBuilder {
+export class ListBuilder<T extends Row> {
   /** Filled parts, in order; with a cached list to start from, the first is its bytes (never written to). */
   private readonly parts: Buffer[] = []
   private current: Buffer
@@ -55,7 +61,7 @@ class ListBuilder {
   private lastId: bigint | undefined
   private rows: number
 
-  constructor (private readonly serialize: ListSerializer, sizeHint: number, base?: CachedList) {
+  constructor (private readonly serialize: ListSerializer<T>, sizeHint: number, base?: CachedList) {
     this.rows = base?.rows ?? 0
     if (base === undefined) {
       this.current = Buffer.allocUnsafeSlow(Math.max(sizeHint, MIN_PART_BYTES))
@@ -73,7 +79,7 @@ class ListBuilder {
   }
 
   /** Rows in id order, all after the ones already added. */
-  add (rows: Category[]): void {
+  add (rows: T[]): void {
     if (rows.length === 0) return
     const array = this.serialize(rows)
     if (array[0] !== '[' || array[array.length - 1] !== ']') throw new Error('the list serializer did not write a JSON array')
@@ -86,7 +92,7 @@ class ListBuilder {
     this.hash.update(this.current.subarray(start, this.used))
     this.total += this.used - start
     this.written += this.used - start
-    this.lastId = (rows[rows.length - 1] as Category).id
+    this.lastId = (rows[rows.length - 1] as T).id
     this.rows += rows.length
   }
 
@@ -113,30 +119,25 @@ class ListBuilder {
   }
 }
 
-const byId = (a: Category, b: Category): number => a.id < b.id ? -1 : a.id > b.id ? 1 : 0
-
-/** If-None-Match (RFC 9110 13.1.2): `*`, or a list of tags compared weakly. */
-export function ifNoneMatchHits (header: string | undefined, etag: string): boolean {
-  if (header === undefined) return false
-  if (header === etag) return true
-  if (header.trim() === '*') return true
-  for (const part of header.split(',')) {
-    const tag = part.trim()
-    if ((tag.startsWith('W/') ? tag.slice(2) : tag) === etag) return true
-  }
-  return false
-}
+const byId = (a: Row, b: Row): number => a.id < b.id ? -1 : a.id > b.id ? 1 : 0
 
 type ReadSource = 'cache' | 'appended' | 'refresh' | 'database'
 
-export interface ListCacheOptions extends Omit<ChangeFeedOptions, 'onChange'> {
+export interface ListCacheOptions {
+  /** The feed that tells of changes, and the channel the table's trigger notifies. */
+  feed: ChangeFeed
+  channel: string
+  /** Metric names start with this (`widgets` gives widgets_list_reads_total, widgets_change_feed_listening...). */
+  metricPrefix: string
+  /** One row, for the metrics' help ('Widget' gives 'Widget list reads...'). */
+  rowName: string
   registry?: Registry
   /** Own creates held for appending; beyond this many (nobody has read the list meanwhile) the cached list is dropped instead. */
   maxPendingRows?: number
 }
 
 /**
- * The serialized category list, kept in memory while the change feed hears
+ * A resource's serialized list, kept in memory while the change feed hears
  * notifications (it proves it by hearing its own probes: change-feed.ts). While
  * the feed is down or deaf every read goes to the database.
  *
@@ -151,13 +152,13 @@ export interface ListCacheOptions extends Omit<ChangeFeedOptions, 'onChange'> {
  * installing its (possibly stale) result; concurrent readers share one refresh
  * instead of all querying at once.
  */
-export class CategoryListCache {
+export class ListCache<T extends Row> {
   private generation = 0
   private entry: CachedList | undefined
   /** Own creates committed since `entry` was built, in id order, all after it; appended at the next read. */
-  private pending: Category[] = []
+  private pending: T[] = []
   private refreshing: { generation: number, promise: Promise<CachedList> } | undefined
-  private readonly feed: CategoryChangeFeed
+  private readonly feed: ChangeFeed
   private readonly maxPendingRows: number
   private readonly reads: Partial<Record<ReadSource, { inc: () => void }>> = {}
   /** The last list built (its length and rows), and how many rows this instance created since: what a rebuild sizes its buffer from. */
@@ -165,35 +166,33 @@ export class CategoryListCache {
   private createdSinceBuilt = 0
 
   constructor (
-    private readonly repository: Pick<CategoryRepository, 'listInChunks'>,
+    private readonly source: ListSource<T>,
     options: ListCacheOptions
   ) {
-    this.feed = new CategoryChangeFeed({ ...options, onChange: () => { this.invalidate() } })
+    this.feed = options.feed
+    const subscription = options.feed.subscribe(options.channel, () => { this.invalidate() })
     this.maxPendingRows = options.maxPendingRows ?? 10_000
     if (options.registry !== undefined) {
       const registers = [options.registry]
-      const reads = new Counter({ name: 'categories_list_reads_total', help: 'Category list reads by source: cache, appended (cache plus this instance\'s own new rows), refresh (one query shared by waiting readers) or database (change feed down or deaf)', labelNames: ['source'], registers })
+      const prefix = options.metricPrefix
+      const reads = new Counter({ name: `${prefix}_list_reads_total`, help: `${options.rowName} list reads by source: cache, appended (cache plus this instance's own new rows), refresh (one query shared by waiting readers) or database (change feed down or deaf)`, labelNames: ['source'], registers })
       // Children bound once: the hot path then skips label hashing.
       for (const source of ['cache', 'appended', 'refresh', 'database'] as const) this.reads[source] = reads.labels(source)
       const feed = this.feed
       // eslint-disable-next-line no-new
-      new Gauge({ name: 'categories_change_feed_listening', help: '1 while the change feed hears notifications (its last probe was echoed) and the list cache may be used; 0: the list is read from the database', registers, collect () { this.set(feed.listening ? 1 : 0) } })
+      new Gauge({ name: `${prefix}_change_feed_listening`, help: '1 while the change feed hears notifications (its last probe was echoed) and the list cache may be used; 0: the list is read from the database', registers, collect () { this.set(feed.listening ? 1 : 0) } })
       // eslint-disable-next-line no-new
-      new Gauge({ name: 'categories_change_feed_drops', help: 'Times the change feed connection was lost, could not be made, or was found deaf', registers, collect () { this.set(feed.drops) } })
+      new Gauge({ name: `${prefix}_change_feed_drops`, help: 'Times the change feed connection was lost, could not be made, or was found deaf', registers, collect () { this.set(feed.drops) } })
       // eslint-disable-next-line no-new
-      new Gauge({ name: 'categories_change_feed_probes_missed', help: 'Probe notifications the change feed sent through the pool and did not hear in time', registers, collect () { this.set(feed.probesMissed) } })
+      new Gauge({ name: `${prefix}_change_feed_probes_missed`, help: 'Probe notifications the change feed sent through the pool and did not hear in time', registers, collect () { this.set(feed.probesMissed) } })
       // eslint-disable-next-line no-new
-      new Gauge({ name: 'categories_change_feed_echo_seconds', help: 'Time from sending the change feed\'s last heard probe notification to its echo', registers, collect () { this.set(feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000) } })
+      new Gauge({ name: `${prefix}_change_feed_echo_seconds`, help: 'Time from sending the change feed\'s last heard probe notification to its echo', registers, collect () { this.set(feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000) } })
       // eslint-disable-next-line no-new
-      new Gauge({ name: 'categories_change_feed_connection_info', help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)', labelNames: ['connection'], registers, collect () { this.labels(feed.connectionName).set(1) } })
+      new Gauge({ name: `${prefix}_change_feed_connection_info`, help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)', labelNames: ['connection'], registers, collect () { this.labels(feed.connectionName).set(1) } })
       // eslint-disable-next-line no-new
-      new Gauge({ name: 'categories_change_feed_own_echoes', help: 'Notifications skipped because they announced this instance\'s own writes', registers, collect () { this.set(feed.ownEchoes) } })
+      new Gauge({ name: `${prefix}_change_feed_own_echoes`, help: 'Notifications skipped because they announced this instance\'s own writes', registers, collect () { this.set(subscription.ownEchoes) } })
     }
   }
-
-  start (): void { this.feed.start() }
-
-  async close (): Promise<void> { await this.feed.close() }
 
   /** True while the cache may be used (the change feed hears). */
   get listening (): boolean { return this.feed.listening }
@@ -205,16 +204,16 @@ export class CategoryListCache {
   }
 
   /** Rows this instance has committed. Must be called before their 201s are sent: the next read on this instance includes them. */
-  created (rows: readonly Category[]): void {
+  created (rows: readonly T[]): void {
     if (rows.length === 0) return
     this.createdSinceBuilt += rows.length
     // No list, or one being rebuilt from a snapshot that may predate these rows: the rebuild must not be kept.
     if (this.entry === undefined) { this.invalidate(); return }
     const sorted = [...rows].sort(byId)
-    const last = this.pending.length > 0 ? (this.pending[this.pending.length - 1] as Category).id : this.entry.lastId
+    const last = this.pending.length > 0 ? (this.pending[this.pending.length - 1] as T).id : this.entry.lastId
     // An id at or below the list's last one: the list may already hold the row (a snapshot taken after the
     // commit), or the row belongs in the middle. Either way, rebuild instead of appending.
-    if ((last !== undefined && (sorted[0] as Category).id <= last) || this.pending.length + sorted.length > this.maxPendingRows) {
+    if ((last !== undefined && (sorted[0] as T).id <= last) || this.pending.length + sorted.length > this.maxPendingRows) {
       this.invalidate()
       return
     }
@@ -235,7 +234,7 @@ export class CategoryListCache {
     return this.entry
   }
 
-  async read (serialize: ListSerializer): Promise<SerializedList> {
+  async read (serialize: ListSerializer<T>): Promise<SerializedList> {
     const hit = this.cached()
     if (hit !== undefined) return hit
     if (!this.feed.listening) {
@@ -266,15 +265,15 @@ export class CategoryListCache {
     }
   }
 
-  private async load (serialize: ListSerializer): Promise<CachedList> {
+  private async load (serialize: ListSerializer<T>): Promise<CachedList> {
     const { bytes, rows } = this.lastBuilt
     const expected = bytes + (rows === 0 ? 0 : Math.ceil(this.createdSinceBuilt * bytes / rows))
     const builder = new ListBuilder(serialize, expected + (expected >> 4) + 1024)
-    await this.repository.listInChunks(rows => { builder.add(rows) })
+    await this.source.listInChunks(rows => { builder.add(rows) })
     return this.built(builder)
   }
 
-  private built (builder: ListBuilder): CachedList {
+  private built (builder: ListBuilder<T>): CachedList {
     const list = builder.finish()
     this.lastBuilt = { bytes: list.body.length, rows: list.rows }
     this.createdSinceBuilt = 0

@@ -1,0 +1,148 @@
+import { createHash } from 'node:crypto'
+import { Registry } from 'prom-client'
+import t from 'tap'
+import { ChangeFeed, notificationKind, PROBE_CHANNEL, PROBE_PREFIX } from '../src/machinery/change-feed.js'
+import { CreateBatcher } from '../src/machinery/create-batcher.js'
+import { decide, digestOf, IdempotencyKeyInUseError, IdempotencyKeyReusedError, type RecordRow } from '../src/machinery/idempotency.js'
+import { ListBuilder } from '../src/machinery/list-cache.js'
+import { metric } from './helpers/app.js'
+
+/*
+ * The machinery's decisions without a database (src/machinery/): the list builder's
+ * bytes and tags, the batcher's batches and failures, which notifications the feed
+ * takes for changes, and what an idempotency record says. Their behaviour against
+ * PostgreSQL is in list-cache, group-commit and idempotency.test.ts.
+ */
+
+interface Item { id: bigint, name: string }
+const serialize = (rows: Item[]): string => JSON.stringify(rows.map(r => ({ id: Number(r.id), name: r.name })))
+const items = (from: number, to: number): Item[] => Array.from({ length: to - from + 1 }, (_, i) => ({ id: BigInt(from + i), name: `item ${from + i} é "q"` }))
+const sha1Tag = (body: string): string => `"${createHash('sha1').update(body).digest('base64url')}"`
+
+t.test('list builder: chunks come out byte for byte as one serialization, whatever the buffer size', async t => {
+  for (const sizeHint of [0, 16, 100_000]) {
+    for (const chunks of [[], [items(1, 1)], [items(1, 3), items(4, 4), items(5, 500)]]) {
+      const builder = new ListBuilder<Item>(serialize, sizeHint)
+      for (const chunk of chunks) builder.add(chunk)
+      const list = builder.finish()
+      const whole = serialize(chunks.flat())
+      t.equal(list.body.toString('utf8'), whole, `${chunks.length} chunks, size hint ${sizeHint}`)
+      t.equal(list.etag, sha1Tag(whole), 'the strong tag is the SHA-1 of the body')
+      t.equal(list.rows, chunks.flat().length)
+      t.equal(list.lastId, chunks.flat().at(-1)?.id)
+    }
+  }
+})
+
+t.test('list builder: appending to a built list reuses its bytes and gives the same body and tag as a rebuild', async t => {
+  const first = new ListBuilder<Item>(serialize, 0)
+  first.add(items(1, 10))
+  const base = first.finish()
+  const appended = new ListBuilder<Item>(serialize, 0, base)
+  appended.add(items(11, 12))
+  const list = appended.finish()
+  t.equal(list.body.toString('utf8'), serialize(items(1, 12)))
+  t.equal(list.etag, sha1Tag(serialize(items(1, 12))))
+  t.equal(list.rows, 12)
+  t.equal(base.body.toString('utf8'), serialize(items(1, 10)), 'the base list is unchanged')
+
+  const empty = new ListBuilder<Item>(serialize, 0)
+  const fromEmpty = new ListBuilder<Item>(serialize, 0, empty.finish())
+  fromEmpty.add(items(1, 1))
+  t.equal(fromEmpty.finish().body.toString('utf8'), serialize(items(1, 1)), 'appending to the empty list writes no comma')
+})
+
+t.test('list builder: a serializer that does not write an array is refused', async t => {
+  const builder = new ListBuilder<Item>(() => '{}', 0)
+  t.throws(() => { builder.add(items(1, 1)) }, /did not write a JSON array/)
+})
+
+/** An inserter whose batches the test settles by hand. */
+function heldInserter (): { batches: Array<{ inputs: string[], commit: () => void, fail: (err: Error) => void }>, insertBatch: (inputs: string[]) => Promise<Item[]> } {
+  const batches: Array<{ inputs: string[], commit: () => void, fail: (err: Error) => void }> = []
+  let nextId = 1n
+  return {
+    batches,
+    insertBatch: async (inputs) => await new Promise<Item[]>((resolve, reject) => {
+      batches.push({ inputs, commit: () => { resolve(inputs.map(name => ({ id: nextId++, name }))) }, fail: reject })
+    })
+  }
+}
+const turn = async (): Promise<void> => { await new Promise(resolve => setImmediate(resolve)) }
+
+t.test('batcher: a lone create goes at once; creates that arrive meanwhile share the next batch, in order', async t => {
+  const inserter = heldInserter()
+  const told: Array<string | Item[]> = []
+  const registry = new Registry()
+  const batcher = new CreateBatcher<string, Item>(inserter, { registry, metricPrefix: 'widgets', maxRows: 3, observer: { created: rows => { told.push(rows) }, createFailed: () => { told.push('failed') } } })
+  const first = batcher.create('a')
+  await turn()
+  t.same(inserter.batches.map(b => b.inputs), [['a']], 'the lone create is a batch of its own')
+  const rest = ['b', 'c', 'd', 'e'].map(async name => await batcher.create(name))
+  await turn()
+  t.equal(inserter.batches.length, 1, 'nothing else goes while a batch is in flight')
+  inserter.batches[0]?.commit()
+  t.same(await first, { id: 1n, name: 'a' })
+  await turn()
+  t.same(inserter.batches.map(b => b.inputs), [['a'], ['b', 'c', 'd']], 'the next batch takes up to maxRows, in arrival order')
+  inserter.batches[1]?.commit()
+  await turn()
+  inserter.batches[2]?.commit()
+  t.same((await Promise.all(rest)).map(r => r.name), ['b', 'c', 'd', 'e'], 'each create gets its own row')
+  t.same(told.map(x => typeof x === 'string' ? x : x.map(r => r.name)), [['a'], ['b', 'c', 'd'], ['e']], 'the observer heard of every batch')
+  const histogram = (await registry.getSingleMetric('widgets_insert_batch_rows')?.get())?.values ?? []
+  t.equal(histogram.find(v => (v as { metricName?: string }).metricName === 'widgets_insert_batch_rows_count')?.value, 3, 'three batches, under the resource\'s prefix')
+})
+
+t.test('batcher: a failed batch fails each of its creates, tells the observer, and the next batch still goes', async t => {
+  const inserter = heldInserter()
+  const told: string[] = []
+  const registry = new Registry()
+  const batcher = new CreateBatcher<string, Item>(inserter, { registry, metricPrefix: 'widgets', observer: { created: () => { told.push('created') }, createFailed: () => { told.push('failed') } } })
+  const doomed = [batcher.create('x'), batcher.create('y')]
+  await turn()
+  inserter.batches[0]?.fail(new Error('lost'))
+  for (const create of doomed) await t.rejects(create, /lost/)
+  t.same(told, ['failed'], 'the outcome is unknown: the observer drops what it holds')
+  t.equal(await metric(registry, 'widgets_insert_batch_failures_total'), 1)
+  const after = batcher.create('z')
+  await turn()
+  inserter.batches[1]?.commit()
+  t.same(await after, { id: 1n, name: 'z' })
+  t.throws(() => new CreateBatcher<string, Item>(inserter, { registry: new Registry() }), /metric prefix/, 'metrics need a prefix')
+})
+
+t.test('feed: which notifications are changes', async t => {
+  const state = { awaitedProbe: `${PROBE_PREFIX}abc/2`, subscribed: (c: string) => c === 'widgets_changed', ownWriterName: 'petstore/me' }
+  t.equal(notificationKind(PROBE_CHANNEL, `${PROBE_PREFIX}abc/2`, state), 'awaited-probe')
+  t.equal(notificationKind(PROBE_CHANNEL, `${PROBE_PREFIX}abc/1`, state), 'other-probe', 'a late echo of an earlier probe')
+  t.equal(notificationKind(PROBE_CHANNEL, `${PROBE_PREFIX}other/7`, state), 'other-probe', 'another instance\'s probe')
+  t.equal(notificationKind('widgets_changed', `${PROBE_PREFIX}old/1`, state), 'other-probe', 'an earlier version\'s probe on a change channel is no change')
+  t.equal(notificationKind('widgets_changed', 'petstore/me', state), 'own-echo', 'this instance\'s own write')
+  t.equal(notificationKind('widgets_changed', 'petstore/other', state), 'change')
+  t.equal(notificationKind('widgets_changed', '', state), 'change', 'a writer without a name (an earlier version\'s trigger)')
+  t.equal(notificationKind('gadgets_changed', 'petstore/other', state), 'unsubscribed')
+  t.equal(notificationKind('widgets_changed', 'petstore/me', { ...state, ownWriterName: undefined }), 'change', 'without an own name every change counts')
+})
+
+t.test('feed: channels are subscribed before it starts, once each, with plain names', async t => {
+  const feed = new ChangeFeed({ connectionString: 'postgres://nobody@127.0.0.1:1/none', notify: async () => {}, log: { warn () {}, info () {} } })
+  feed.subscribe('widgets_changed', () => {})
+  t.throws(() => feed.subscribe('widgets_changed', () => {}), /already has a subscriber/)
+  for (const name of ['Widgets', 'widgets; DROP TABLE x', PROBE_CHANNEL, '']) t.throws(() => feed.subscribe(name, () => {}), /not a channel name/, JSON.stringify(name))
+  feed.start()
+  t.teardown(async () => { await feed.close() })
+  t.throws(() => feed.subscribe('gadgets_changed', () => {}), /before it starts/)
+})
+
+t.test('idempotency: what a record says', async t => {
+  const hash = digestOf(['a', null])
+  const done: RecordRow = { request_hash: hash, state: 'done', response_status: 201, response_body: '{"id":1}', location: '/v1/x/1', expired: false, lapsed: false }
+  t.equal(decide(undefined, hash), undefined, 'no record: do the work')
+  t.same(decide(done, hash), { status: 201, body: '{"id":1}', location: '/v1/x/1' }, 'replay the remembered answer')
+  t.equal(decide({ ...done, expired: true }, digestOf(['b', null])), undefined, 'an expired record binds nothing')
+  t.throws(() => decide(done, digestOf(['b', null])), IdempotencyKeyReusedError, 'another body')
+  t.throws(() => decide({ ...done, state: 'running', lapsed: false }, hash), IdempotencyKeyInUseError, 'an earlier version\'s claim still held')
+  t.equal(decide({ ...done, state: 'running', lapsed: true }, hash), undefined, 'a lapsed claim is taken over')
+  t.not(digestOf(['a', 'b']).toString('hex'), digestOf(['ab', null]).toString('hex'), 'parts cannot run into each other')
+})

@@ -1,0 +1,99 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyInstance } from 'fastify'
+import pg from 'pg'
+import t from 'tap'
+import { runMigrations } from '../src/db/migrate.js'
+import { AUTH, json, metric, testApp } from './helpers/app.js'
+import { testDatabase } from './helpers/database.js'
+import widgets, { WIDGETS_TABLE } from './helpers/widgets.js'
+
+/*
+ * The machinery serves a second resource: widgets (test/helpers/widgets.ts, a
+ * test-only resource made as docs/architecture.md says) next to categories, on
+ * the same change feed, pool and Idempotency-Key table, in two instances.
+ */
+
+const db = await testDatabase(t)
+await runMigrations(db.url, { info () {}, warn () {}, error () {} })
+const admin = new pg.Client({ connectionString: db.url })
+await admin.connect()
+t.teardown(async () => { await admin.end() })
+await admin.query(WIDGETS_TABLE)
+const register = async (app: FastifyInstance): Promise<void> => { await app.register(widgets) }
+const { app: a } = await testApp(t, db.url, {}, { register })
+const { app: b } = await testApp(t, db.url, {}, { register })
+
+async function until (what: string, check: () => Promise<boolean>, timeoutMs = 10000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
+    await sleep(5)
+  }
+}
+const names = async (app: FastifyInstance, path: string): Promise<string[]> =>
+  ((await app.inject({ method: 'GET', url: path, headers: AUTH })).json() as Array<{ name: string }>).map(w => w.name)
+async function create (app: FastifyInstance, path: string, name: string, headers: Record<string, string> = {}): Promise<{ status: number, body: { id: number, name: string }, headers: Record<string, unknown> }> {
+  const request = json({ name })
+  const res = await app.inject({ method: 'POST', url: path, headers: { ...request.headers, ...headers }, payload: request.payload })
+  return { status: res.statusCode, body: res.json(), headers: res.headers }
+}
+
+for (const app of [a, b]) {
+  await until('the feed hears', async () => await metric(app, 'widgets_change_feed_listening') === 1 && await metric(app, 'categories_change_feed_listening') === 1)
+}
+
+t.test('a create is in its own instance\'s list at once, and in the other\'s once the feed tells it', async t => {
+  t.same(await names(a, '/v1/widgets'), [], 'empty at first')
+  const created = await create(a, '/v1/widgets', 'sprocket')
+  t.equal(created.status, 201)
+  t.match(created.headers.location, /^\/v1\/widgets\/\d+$/)
+  t.same(await names(a, '/v1/widgets'), ['sprocket'], 'on A at once: the write path told its cache')
+  t.ok(await metric(a, 'widgets_list_reads_total', { source: 'appended' }) >= 1, 'appended to A\'s cached list, not re-read')
+
+  await names(b, '/v1/widgets') // B caches its list
+  await create(a, '/v1/widgets', 'cog')
+  await until('B sees A\'s create', async () => (await names(b, '/v1/widgets')).includes('cog'))
+  t.same(await names(b, '/v1/widgets'), ['sprocket', 'cog'])
+})
+
+t.test('a change to widgets drops only the widget list: the category list stays cached', async t => {
+  await names(a, '/v1/categories')
+  await names(a, '/v1/categories')
+  const refreshes = await metric(a, 'categories_list_reads_total', { source: 'refresh' })
+  const cacheHits = await metric(a, 'categories_list_reads_total', { source: 'cache' })
+  await names(a, '/v1/widgets')
+  await create(b, '/v1/widgets', 'gear')
+  await until('A sees B\'s create', async () => (await names(a, '/v1/widgets')).includes('gear'))
+  await names(a, '/v1/categories')
+  t.equal(await metric(a, 'categories_list_reads_total', { source: 'refresh' }), refreshes, 'no category rebuild')
+  t.equal(await metric(a, 'categories_list_reads_total', { source: 'cache' }), cacheHits + 1, 'served from the cache')
+})
+
+t.test('an Idempotency-Key belongs to its operation: the same key never replays another operation\'s answer', async t => {
+  const key = { 'idempotency-key': 'shared-key-1' }
+  const category = await create(a, '/v1/categories', 'same name', key)
+  t.equal(category.status, 201)
+  const widget = await create(a, '/v1/widgets', 'same name', key)
+  t.equal(widget.status, 201, 'a widget is created, not the category replayed')
+  t.notOk('idempotent-replayed' in widget.headers)
+  t.match(widget.headers.location, /^\/v1\/widgets\//)
+  const again = await create(b, '/v1/widgets', 'same name', key)
+  t.equal(again.headers['idempotent-replayed'], 'true', 'the widget\'s own retry replays')
+  t.same(again.body, widget.body)
+  t.equal((await create(b, '/v1/widgets', 'other name', key)).status, 422, 'another body for the same operation and key')
+  const categoryAgain = await create(b, '/v1/categories', 'same name', key)
+  t.same(categoryAgain.body, category.body, 'and the category\'s retry replays the category')
+  const { rows } = await admin.query<{ operation: string }>('SELECT operation FROM idempotency_keys WHERE idempotency_key = $1 ORDER BY operation', ['shared-key-1'])
+  t.same(rows.map(r => r.operation), ['createCategory', 'createWidget'], 'one record per operation')
+  t.same(await names(a, '/v1/widgets'), ['sprocket', 'cog', 'gear', 'same name'], 'the idempotent create is in the list too')
+})
+
+t.test('each resource has its own metrics; the categories\' names are unchanged', async t => {
+  const exposed = await a.metrics.metrics()
+  for (const prefix of ['categories', 'widgets']) {
+    for (const name of ['list_reads_total', 'change_feed_listening', 'change_feed_drops', 'change_feed_own_echoes', 'insert_batch_rows', 'insert_batch_failures_total']) {
+      t.match(exposed, new RegExp(`^# TYPE ${prefix}_${name} `, 'm'), `${prefix}_${name}`)
+    }
+  }
+  t.ok(await metric(a, 'widgets_change_feed_own_echoes') >= 1, 'A skipped the echo of its own widget writes')
+})
