@@ -70,9 +70,11 @@ export function bearerToken (header: string | undefined): string | undefined {
  * request's own header), never on where it first differs from `known`.
  */
 function sameText (sent: string, known: string): boolean {
-  const knownLength = known.length
-  let diff = sent.length ^ knownLength
-  for (let i = 0; i < sent.length; i++) diff |= sent.charCodeAt(i) ^ known.charCodeAt(i % knownLength)
+  const length = sent.length
+  // Of another length, `sent` is compared with itself: the same loop, and the answer is already no.
+  const other = known.length === length ? known : sent
+  let diff = known.length ^ length
+  for (let i = 0; i < length; i++) diff |= sent.charCodeAt(i) ^ other.charCodeAt(i)
   return diff === 0
 }
 
