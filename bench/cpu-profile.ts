@@ -1,8 +1,8 @@
 /*
  * Reads a V8 .cpuprofile (node --cpu-prof) and tells where the CPU time of a
  * window went, per request: each sample is charged to the deepest frame of its
- * stack that belongs to a known part of the request path (SHA-256 inside the
- * auth hook is "SHA-256", the rest of the auth hook is "auth"), so the rows add
+ * stack that belongs to a known part of the request path (a SHA-256 inside the
+ * access hook is "SHA-256", the rest of the hook is the hook's), so the rows add
  * up to the busy time of the window.
  */
 

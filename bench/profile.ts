@@ -30,7 +30,29 @@ const nowUs = (): number => Number(process.hrtime.bigint() / 1000n)
 
 const TITLES: Record<string, string> = { get100: 'GET list, 100 rows', etag: 'GET with If-None-Match (304)', post: 'POST, 50 connections (after the GETs, on the same 100-row table)' }
 
-interface Window { server: ServerKind, scenario: string, fromUs: number, toUs: number, requests: number, rps: number }
+interface Window { server: ServerKind, scenario: string, fromUs: number, toUs: number, requests: number, rps: number, note: string | undefined }
+
+interface Batches { rows: number, inserts: number }
+
+/** categories_insert_batch_rows' sum and count, or undefined for a server without it. */
+async function insertBatches (metricsUrl: string): Promise<Batches | undefined> {
+  const text = await fetch(metricsUrl).then(async r => r.ok ? await r.text() : '', () => '')
+  const value = (name: string): number | undefined => {
+    const line = text.split('\n').find(l => l.startsWith(`${name} `))
+    return line === undefined ? undefined : Number(line.split(' ')[1])
+  }
+  const rows = value('categories_insert_batch_rows_sum')
+  const inserts = value('categories_insert_batch_rows_count')
+  return rows === undefined || inserts === undefined ? undefined : { rows, inserts }
+}
+
+async function batchNote (metricsUrl: string, before: Batches | undefined): Promise<string | undefined> {
+  const after = await insertBatches(metricsUrl)
+  if (before === undefined || after === undefined || after.inserts === before.inserts) return undefined
+  const rows = after.rows - before.rows
+  const inserts = after.inserts - before.inserts
+  return `Group commit over this window and its warm-up: ${rows} rows in ${inserts} INSERTs, ${(rows / inserts).toFixed(1)} rows per INSERT on average.`
+}
 
 async function main (): Promise<void> {
   await mkdir(settings.outDir, { recursive: true })
@@ -61,9 +83,11 @@ async function main (): Promise<void> {
         for (const [scenario, loadKind, headers] of [['get100', 'get', AUTH], ['etag', 'get', { ...AUTH, 'if-none-match': etag }], ['post', 'post', AUTH]] as const) {
           if (!settings.scenarios.includes(scenario)) continue
           let fromUs = 0
+          // Rows per group-commit INSERT over the POST window (warm-up included): the service's own histogram.
+          const batchesBefore = scenario === 'post' ? await insertBatches(server.metricsUrl) : undefined
           const result = await load.run({ url: server.url, kind: loadKind, path: '/v1/categories', headers, connections: 50, durationS: settings.durationS, warmupS: settings.warmupS, rate: 0, postEvery: 20, namePrefix: `profile-${Date.now().toString(36)}` }, () => { fromUs = nowUs() })
           const toUs = nowUs()
-          windows.push({ server: kind, scenario, fromUs, toUs, requests: result.total, rps: result.rps })
+          windows.push({ server: kind, scenario, fromUs, toUs, requests: result.total, rps: result.rps, note: scenario === 'post' ? await batchNote(server.metricsUrl, batchesBefore) : undefined })
           log(`${kind} ${scenario}: ${Math.round(result.rps)} req/s, ${result.bytesPerResponse} bytes per response, failures ${result.socketErrors + (result.statusCounts['4xx-5xx'] ?? 0)}`)
         }
       } finally {
@@ -86,7 +110,7 @@ async function main (): Promise<void> {
       if (w.fromUs < profile.startTime || w.toUs > profile.endTime) throw new Error(`the ${kind} ${w.scenario} window is outside its profile: the clocks differ`)
       const cut = analyse(profile, w.fromUs, w.toUs)
       await writeFile(path.join(dir, `${w.scenario}.folded`), [...cut.folded].map(([stack, us]) => `${stack} ${Math.round(us)}`).join('\n') + '\n')
-      report.push(`## ${kind}, ${TITLES[w.scenario] ?? w.scenario}: ${Math.round(w.rps)} req/s under the profiler`, '', perRequestTable(cut, w.requests), '')
+      report.push(`## ${kind}, ${TITLES[w.scenario] ?? w.scenario}: ${Math.round(w.rps)} req/s under the profiler`, '', ...(w.note === undefined ? [] : [w.note, '']), perRequestTable(cut, w.requests), '')
     }
   }
   await writeFile(path.join(settings.outDir, 'profile.md'), report.join('\n'))

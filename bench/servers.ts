@@ -113,6 +113,8 @@ export interface RunningServer {
   kind: ServerKind
   pid: number
   url: string
+  /** The service's (and baseline's) metrics endpoint; the others serve none there. */
+  metricsUrl: string
   logFile: string
   stop: () => Promise<void>
 }
@@ -189,7 +191,8 @@ export async function startServer (kind: ServerKind, options: ServerOptions): Pr
   const url = `http://127.0.0.1:${port}`
   const logFile = path.join(options.workDir, `${options.label}.log`)
   const log = await open(logFile, 'a')
-  const how = launch(kind, await freePort(), options.nodeArgs ?? [])
+  const metricsPort = await freePort()
+  const how = launch(kind, metricsPort, options.nodeArgs ?? [])
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
@@ -217,6 +220,7 @@ export async function startServer (kind: ServerKind, options: ServerOptions): Pr
     kind,
     pid: child.pid,
     url,
+    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
     logFile,
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return
