@@ -1,8 +1,8 @@
 /*
  * Reads a V8 .cpuprofile (node --cpu-prof) and tells where the CPU time of a
  * window went, per request: each sample is charged to the deepest frame of its
- * stack that belongs to a known part of the request path (SHA-256 inside the
- * auth hook is "SHA-256", the rest of the auth hook is "auth"), so the rows add
+ * stack that belongs to a known part of the request path (a SHA-256 inside the
+ * access hook is "SHA-256", the rest of the hook is the hook's), so the rows add
  * up to the busy time of the window.
  */
 
@@ -22,12 +22,17 @@ export const RULES: Rule[] = [
   { label: 'V8 and native code not attributed to a JS frame', matches: named('(program)') },
   { label: 'SHA-256 of the API key (node:crypto)', matches: f => inUrl('internal/crypto/hash')(f) || named('timingSafeEqual')(f) },
   { label: 'request id (x-request-id, randomUUID)', matches: f => named('randomUUID', 'requestId', 'setRequestIdHeader')(f) || inUrl('internal/crypto/random')(f) },
-  { label: 'auth hook (src/http/auth.ts, @fastify/bearer-auth)', matches: inUrl('/http/auth.', '@fastify/bearer-auth') },
-  { label: 'rate-limit hook (src/http/rate-limit.ts, @fastify/rate-limit)', matches: inUrl('/http/rate-limit.', '@fastify/rate-limit', 'toad-cache') },
+  { label: 'access hook: key check (src/http/auth.ts)', matches: inUrl('/http/auth.', '@fastify/bearer-auth') },
+  { label: 'access hook: rate limits (src/http/rate-limit.ts, @fastify/rate-limit)', matches: inUrl('/http/rate-limit.', '@fastify/rate-limit', 'toad-cache') },
+  { label: 'repeated-header check (src/http/singleton-headers.ts)', matches: inUrl('/http/singleton-headers.') },
+  { label: 'POST body: JSON parse and I-JSON scan (src/http/json-body.ts, interoperable-json.ts)', matches: f => inUrl('/http/json-body.', '/http/interoperable-json.')(f) || (named('parse')(f) && f.url === '') },
+  { label: 'POST body: schema validation (Ajv)', matches: f => f.functionName === 'validate' || inUrl('fastify/lib/validation.js', '/ajv/')(f) },
+  { label: 'POST: group commit and its INSERT (src/categories create-batcher, repository)', matches: inUrl('/categories/create-batcher.', '/categories/repository.', '/categories/idempotency.') },
+  { label: 'POST: pg client and protocol (pg, pg-protocol, src/db)', matches: inUrl('/node_modules/pg/', '/node_modules/pg-protocol/', '/node_modules/pg-pool/', '/node_modules/pg-types/', '/dist/db/') },
   { label: 'metrics: request histogram (src/http/metrics.ts, prom-client)', matches: inUrl('/http/metrics.', 'prom-client') },
   { label: 'per-request log decision and logging (pino)', matches: f => inUrl('/pino/', 'pino-std-serializers', 'abstract-logging', 'sonic-boom')(f) || named('logCompletion')(f) },
   { label: 'connection-close onSend hook (src/http/lifecycle.ts)', matches: inUrl('/http/lifecycle.') },
-  { label: 'GET handler and list cache (src/categories)', matches: inUrl('/categories/') },
+  { label: 'route handlers and list cache (src/categories)', matches: inUrl('/categories/') },
   { label: 'other service code (dist/)', matches: inUrl('/dist/') },
   { label: 'Fastify routing (find-my-way)', matches: inUrl('find-my-way') },
   { label: 'Fastify hook runner (lib/hooks.js)', matches: inUrl('fastify/lib/hooks.js') },

@@ -2,8 +2,9 @@
  * npm run bench:profile: where every microsecond of a request goes. Starts the
  * service (as the bench does: npm start's flags, metrics on, LOG_LEVEL=info)
  * and the raw node:http limit with --cpu-prof, puts each under the same wrk
- * load as the bench (GET /v1/categories with 100 rows, then the same GET with
- * If-None-Match), and prints, per server and scenario, the CPU time per
+ * load as the bench (GET /v1/categories with 100 rows, the same GET with
+ * If-None-Match, then POST /v1/categories with unique names; PROFILE_SCENARIOS
+ * picks among get100, etag and post), and prints, per server and scenario, the CPU time per
  * request by part of the request path (bench/cpu-profile.ts) and the top
  * functions by self time. The measured windows are cut out of each profile by
  * time: V8's profile clock and process.hrtime are both CLOCK_MONOTONIC.
@@ -20,13 +21,38 @@ const settings = {
   warmupS: numberFromEnv('PROFILE_WARMUP', 3),
   intervalUs: numberFromEnv('PROFILE_INTERVAL_US', 250),
   outDir: path.resolve(process.env.PROFILE_OUT ?? path.join(ROOT, 'bench', '.tmp', 'profiles')),
-  servers: (process.env.PROFILE_SERVERS ?? 'raw,service').split(',').filter(s => s !== '') as ServerKind[]
+  servers: (process.env.PROFILE_SERVERS ?? 'raw,service').split(',').filter(s => s !== '') as ServerKind[],
+  scenarios: (process.env.PROFILE_SCENARIOS ?? 'get100,etag,post').split(',').filter(s => s !== '')
 }
 
 const log = (message: string): void => { process.stderr.write(`[profile] ${message}\n`) }
 const nowUs = (): number => Number(process.hrtime.bigint() / 1000n)
 
-interface Window { server: ServerKind, scenario: string, fromUs: number, toUs: number, requests: number, rps: number }
+const TITLES: Record<string, string> = { get100: 'GET list, 100 rows', etag: 'GET with If-None-Match (304)', post: 'POST, 50 connections (after the GETs, on the same 100-row table)' }
+
+interface Window { server: ServerKind, scenario: string, fromUs: number, toUs: number, requests: number, rps: number, note: string | undefined }
+
+interface Batches { rows: number, inserts: number }
+
+/** categories_insert_batch_rows' sum and count, or undefined for a server without it. */
+async function insertBatches (metricsUrl: string): Promise<Batches | undefined> {
+  const text = await fetch(metricsUrl).then(async r => r.ok ? await r.text() : '', () => '')
+  const value = (name: string): number | undefined => {
+    const line = text.split('\n').find(l => l.startsWith(`${name} `))
+    return line === undefined ? undefined : Number(line.split(' ')[1])
+  }
+  const rows = value('categories_insert_batch_rows_sum')
+  const inserts = value('categories_insert_batch_rows_count')
+  return rows === undefined || inserts === undefined ? undefined : { rows, inserts }
+}
+
+async function batchNote (metricsUrl: string, before: Batches | undefined): Promise<string | undefined> {
+  const after = await insertBatches(metricsUrl)
+  if (before === undefined || after === undefined || after.inserts === before.inserts) return undefined
+  const rows = after.rows - before.rows
+  const inserts = after.inserts - before.inserts
+  return `Group commit over this window and its warm-up: ${rows} rows in ${inserts} INSERTs, ${(rows / inserts).toFixed(1)} rows per INSERT on average.`
+}
 
 async function main (): Promise<void> {
   await mkdir(settings.outDir, { recursive: true })
@@ -54,11 +80,14 @@ async function main (): Promise<void> {
         const first = await fetch(`${server.url}/v1/categories`, { headers: AUTH })
         await first.arrayBuffer()
         const etag = first.headers.get('etag') ?? '"none"'
-        for (const [scenario, headers] of [['get100', AUTH], ['etag', { ...AUTH, 'if-none-match': etag }]] as const) {
+        for (const [scenario, loadKind, headers] of [['get100', 'get', AUTH], ['etag', 'get', { ...AUTH, 'if-none-match': etag }], ['post', 'post', AUTH]] as const) {
+          if (!settings.scenarios.includes(scenario)) continue
           let fromUs = 0
-          const result = await load.run({ url: server.url, kind: 'get', path: '/v1/categories', headers, connections: 50, durationS: settings.durationS, warmupS: settings.warmupS, rate: 0, postEvery: 20, namePrefix: 'profile' }, () => { fromUs = nowUs() })
+          // Rows per group-commit INSERT over the POST window (warm-up included): the service's own histogram.
+          const batchesBefore = scenario === 'post' ? await insertBatches(server.metricsUrl) : undefined
+          const result = await load.run({ url: server.url, kind: loadKind, path: '/v1/categories', headers, connections: 50, durationS: settings.durationS, warmupS: settings.warmupS, rate: 0, postEvery: 20, namePrefix: `profile-${Date.now().toString(36)}` }, () => { fromUs = nowUs() })
           const toUs = nowUs()
-          windows.push({ server: kind, scenario, fromUs, toUs, requests: result.total, rps: result.rps })
+          windows.push({ server: kind, scenario, fromUs, toUs, requests: result.total, rps: result.rps, note: scenario === 'post' ? await batchNote(server.metricsUrl, batchesBefore) : undefined })
           log(`${kind} ${scenario}: ${Math.round(result.rps)} req/s, ${result.bytesPerResponse} bytes per response, failures ${result.socketErrors + (result.statusCounts['4xx-5xx'] ?? 0)}`)
         }
       } finally {
@@ -81,7 +110,7 @@ async function main (): Promise<void> {
       if (w.fromUs < profile.startTime || w.toUs > profile.endTime) throw new Error(`the ${kind} ${w.scenario} window is outside its profile: the clocks differ`)
       const cut = analyse(profile, w.fromUs, w.toUs)
       await writeFile(path.join(dir, `${w.scenario}.folded`), [...cut.folded].map(([stack, us]) => `${stack} ${Math.round(us)}`).join('\n') + '\n')
-      report.push(`## ${kind}, ${w.scenario === 'etag' ? 'GET with If-None-Match (304)' : 'GET list, 100 rows'}: ${Math.round(w.rps)} req/s under the profiler`, '', perRequestTable(cut, w.requests), '')
+      report.push(`## ${kind}, ${TITLES[w.scenario] ?? w.scenario}: ${Math.round(w.rps)} req/s under the profiler`, '', ...(w.note === undefined ? [] : [w.note, '']), perRequestTable(cut, w.requests), '')
     }
   }
   await writeFile(path.join(settings.outDir, 'profile.md'), report.join('\n'))

@@ -6,7 +6,7 @@
 import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, statSync } from 'node:fs'
-import { chmod, mkdtemp, open, readFile, rm } from 'node:fs/promises'
+import { chmod, mkdtemp, open, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -76,9 +76,10 @@ export async function startPostgres (): Promise<Postgres> {
     })
     adminUrl = embedded.url
     urlFor = embedded.urlFor
-    stopEmbedded = embedded.stop
+    // destroy() also removes a cluster that lives outside workDir (as root, src/db/embedded.ts puts it where its `postgres` user can reach); BENCH_KEEP keeps it.
+    stopEmbedded = process.env.BENCH_KEEP === '1' ? embedded.stop : embedded.destroy
     source = 'embedded PostgreSQL (src/db/embedded.ts) in a temporary directory'
-    postmasterPid = Number((await readFile(path.join(workDir, 'pg', 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[0])
+    postmasterPid = embedded.pid
   } else {
     const base = adminUrl
     urlFor = (db) => { const u = new URL(base); u.pathname = `/${db}`; return u.toString() }
@@ -98,7 +99,7 @@ export async function startPostgres (): Promise<Postgres> {
       return urlFor(name)
     },
     stop: async () => {
-      // On a shared DATABASE_URL, leave nothing behind; the embedded server goes with its directory.
+      // On a shared DATABASE_URL, leave nothing behind; the embedded server goes with its cluster.
       if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') {
         for (const name of created) await adminQuery(adminUrl, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`).catch(() => {})
       }
@@ -112,6 +113,8 @@ export interface RunningServer {
   kind: ServerKind
   pid: number
   url: string
+  /** The service's (and baseline's) metrics endpoint; the others serve none there. */
+  metricsUrl: string
   logFile: string
   stop: () => Promise<void>
 }
@@ -188,7 +191,8 @@ export async function startServer (kind: ServerKind, options: ServerOptions): Pr
   const url = `http://127.0.0.1:${port}`
   const logFile = path.join(options.workDir, `${options.label}.log`)
   const log = await open(logFile, 'a')
-  const how = launch(kind, await freePort(), options.nodeArgs ?? [])
+  const metricsPort = await freePort()
+  const how = launch(kind, metricsPort, options.nodeArgs ?? [])
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
@@ -216,6 +220,7 @@ export async function startServer (kind: ServerKind, options: ServerOptions): Pr
     kind,
     pid: child.pid,
     url,
+    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
     logFile,
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return

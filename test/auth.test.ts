@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
+import { Agent, request } from 'node:http'
 import t from 'tap'
-import { testApp, AUTH, OTHER_KEY, TEST_KEY } from './helpers/app.js'
+import { listeningApp, testApp, AUTH, OTHER_KEY, TEST_KEY } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
 const db = await testDatabase(t)
@@ -98,4 +99,30 @@ t.test('no key, digest or Authorization header appears in any log line', async t
     t.notMatch(line, digest, 'no digest')
     t.notMatch(line.toLowerCase(), /"authorization"\s*:\s*"bearer/, 'no Authorization header')
   }
+})
+
+t.test('one keep-alive connection: every request is checked, whatever the connection sent before', async t => {
+  const { port } = await listeningApp(t, await db.createDatabase(), { RATE_LIMIT_AUTH_FAILURES: '4' })
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+  t.teardown(() => { agent.destroy() })
+  const sockets = new Set<unknown>()
+  const status = async (authorization?: string): Promise<number> => await new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path: '/v1/categories', agent, headers: authorization === undefined ? {} : { authorization } }, res => {
+      sockets.add(req.socket)
+      res.resume()
+      res.on('end', () => { resolve(res.statusCode ?? 0) })
+    })
+    req.on('error', reject)
+    req.end()
+  })
+  t.equal(await status(AUTH.authorization), 200, 'a valid key')
+  t.equal(await status(AUTH.authorization), 200, 'the same header again')
+  t.equal(await status(`Bearer ${TEST_KEY}x`), 401, 'a longer key after a valid one')
+  t.equal(await status(`Bearer ${TEST_KEY.slice(0, -1)}`), 401, 'a shorter one')
+  t.equal(await status(), 401, 'no header after a valid one')
+  t.equal(await status(`Bearer ${OTHER_KEY}`), 200, 'another valid key')
+  t.equal(await status(`bearer ${TEST_KEY}`), 200, 'the first key again, another spelling')
+  t.equal(await status(`Bearer ${TEST_KEY.replace(/.$/, 'x')}`), 401, 'the fourth failure reaches the limit of 4')
+  t.equal(await status(AUTH.authorization), 429, 'and a header this connection already proved is refused too')
+  t.equal(sockets.size, 1, 'all on one connection')
 })

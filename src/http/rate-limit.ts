@@ -1,10 +1,9 @@
 import { createHmac } from 'node:crypto'
 import rateLimit, { normalizeIP, type FastifyRateLimitStoreCtor } from '@fastify/rate-limit'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Registry } from 'prom-client'
-import { sha256 } from '../config.js'
-import { isProtectedPath, keyMatcher } from './auth.js'
+import { bearerToken, sha256 } from './auth.js'
 import { ApiError } from './errors.js'
 import { SharedRateLimitStore } from './rate-limit-store.js'
 
@@ -22,7 +21,6 @@ export interface RateLimitOptions {
   registry: Registry
 }
 
-const BEARER = 'bearer '
 const MINUTE = 60000
 
 /**
@@ -31,13 +29,6 @@ const MINUTE = 60000
  */
 function perKeyName (digest: Buffer): string {
   return createHmac('sha256', digest).update('petstore per-key rate limit').digest('hex')
-}
-
-/** The token exactly as @fastify/bearer-auth (rfc6749 mode) reads it, or undefined without a bearer scheme. */
-function bearerToken (request: FastifyRequest): string | undefined {
-  const header = request.headers.authorization
-  if (typeof header !== 'string' || header.substring(0, BEARER.length).toLowerCase() !== BEARER) return undefined
-  return header.substring(BEARER.length).trim()
 }
 
 type Limiter = ReturnType<FastifyInstance['createRateLimit']>
@@ -70,7 +61,8 @@ function tooManyRequests (message: string, policy: string, state: LimitState): A
  *   until the window ends.
  * - optionally, requests per API key, keyed by perKeyName (never the key).
  *
- * The hook must run before auth's, so app.ts registers this plugin first.
+ * auth.ts's one access hook calls them (app.accessLimits), so this plugin adds
+ * no hook of its own; it must be registered before the app is ready.
  */
 async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Promise<void> {
   let store: FastifyRateLimitStoreCtor | undefined
@@ -82,44 +74,71 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     store = function sharedStore () { return shared } as unknown as FastifyRateLimitStoreCtor
   }
   await app.register(rateLimit, { global: false, ...(store === undefined ? {} : { store }) })
-  const matchKey = keyMatcher(options.digests)
 
   const authFailures = app.createRateLimit({
     max: options.authFailures,
     timeWindow: options.windowMs,
     keyGenerator: (request) => `auth-failures:${normalizeIP(request.ip)}`
   })
+  // One HMAC per configured key, not per request: apiKeyDigest is the configured digest itself (auth.ts's keyMatcher).
+  const perKeyNames = new Map<Buffer, string>()
+  const perKeyNameOf = (request: FastifyRequest): string => {
+    const digest = request.apiKeyDigest ?? sha256(bearerToken(request.headers.authorization) ?? '')
+    let name = perKeyNames.get(digest)
+    if (name === undefined) {
+      name = perKeyName(digest)
+      if (perKeyNames.size < 1000) perKeyNames.set(digest, name)
+    }
+    return name
+  }
   const perKey = options.perKeyPerMinute > 0
     ? app.createRateLimit({
       max: options.perKeyPerMinute,
       timeWindow: MINUTE,
-      keyGenerator: (request) => `per-key:${perKeyName(request.apiKeyDigest ?? sha256(bearerToken(request) ?? ''))}`
+      keyGenerator: (request) => `per-key:${perKeyNameOf(request)}`
     })
     : undefined
 
-  app.addHook('onRequest', async (request, reply) => {
-    if (!isProtectedPath(request.url)) return
-    const token = bearerToken(request)
-    const digest = token === undefined ? undefined : matchKey(token)
-    if (digest === undefined) {
-      const state = await authFailures(request)
-      if (state.isAllowed) return
-      if (state.isExceeded) throw tooManyRequests('too many failed authentication attempts from this address', 'auth-failures', state)
-      reply.headers(rateLimitHeaders('auth-failures', state))
-      return // auth.ts answers 401
-    }
-    // The key is verified: auth.ts's check reuses this instead of hashing the key again.
-    request.apiKeyDigest = digest
-    const failures = await authFailures(request, { increment: false })
-    if (!failures.isAllowed && failures.remaining === 0) {
-      throw tooManyRequests('too many failed authentication attempts from this address', 'auth-failures', failures)
+  /**
+   * Counted in this instance's memory, the failed-authentication limit can only
+   * refuse an address within one window of this instance's last failure; until
+   * then a valid key needs no read of the store (with Redis, another instance
+   * may have counted failures, so every request reads it).
+   */
+  const shared = options.redis !== undefined
+  let failuresMayCountUntil = 0
+
+  const failedAuthLimit = (state: LimitState): ApiError =>
+    tooManyRequests('too many failed authentication attempts from this address', 'auth-failures', state)
+
+  async function failed (request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    failuresMayCountUntil = Date.now() + options.windowMs
+    const state = await authFailures(request)
+    failuresMayCountUntil = Date.now() + options.windowMs
+    if (state.isAllowed) return
+    if (state.isExceeded) throw failedAuthLimit(state)
+    reply.headers(rateLimitHeaders('auth-failures', state))
+  }
+
+  async function verifiedSlowly (request: FastifyRequest, reply: FastifyReply, readFailures: boolean): Promise<void> {
+    if (readFailures) {
+      const failures = await authFailures(request, { increment: false })
+      if (!failures.isAllowed && failures.remaining === 0) throw failedAuthLimit(failures)
     }
     if (perKey === undefined) return
     const state = await perKey(request)
     if (state.isAllowed) return
     if (state.isExceeded) throw tooManyRequests('too many requests for this API key', 'per-key', state)
     reply.headers(rateLimitHeaders('per-key', state))
-  })
+  }
+
+  function verified (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
+    const readFailures = shared || Date.now() < failuresMayCountUntil
+    if (!readFailures && perKey === undefined) return undefined
+    return verifiedSlowly(request, reply, readFailures)
+  }
+
+  app.decorate('accessLimits', { failed, verified })
 }
 
 export default fp(rateLimits, { name: 'rate-limits' })
