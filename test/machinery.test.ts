@@ -137,12 +137,15 @@ t.test('feed: channels are subscribed before it starts, once each, with plain na
 
 t.test('idempotency: what a record says', async t => {
   const hash = digestOf(['a', null])
-  const done: RecordRow = { request_hash: hash, state: 'done', response_status: 201, response_body: '{"id":1}', location: '/v1/x/1', expired: false, lapsed: false }
-  t.equal(decide(undefined, hash), undefined, 'no record: do the work')
-  t.same(decide(done, hash), { status: 201, body: '{"id":1}', location: '/v1/x/1' }, 'replay the remembered answer')
-  t.equal(decide({ ...done, expired: true }, digestOf(['b', null])), undefined, 'an expired record binds nothing')
-  t.throws(() => decide(done, digestOf(['b', null])), IdempotencyKeyReusedError, 'another body')
-  t.throws(() => decide({ ...done, state: 'running', lapsed: false }, hash), IdempotencyKeyInUseError, 'an earlier version\'s claim still held')
-  t.equal(decide({ ...done, state: 'running', lapsed: true }, hash), undefined, 'a lapsed claim is taken over')
+  const done: RecordRow = { operation: 'createThing', request_hash: hash, state: 'done', response_status: 201, response_body: '{"id":1}', location: '/v1/x/1', expired: false, lapsed: false }
+  const decideFor = (record: RecordRow | undefined, body: Buffer): ReturnType<typeof decide> => decide(record, 'createThing', body)
+  t.equal(decideFor(undefined, hash), undefined, 'no record: do the work')
+  t.same(decideFor(done, hash), { status: 201, body: '{"id":1}', location: '/v1/x/1' }, 'replay the remembered answer')
+  t.equal(decideFor({ ...done, expired: true }, digestOf(['b', null])), undefined, 'an expired record binds nothing')
+  t.throws(() => decideFor(done, digestOf(['b', null])), IdempotencyKeyReusedError, 'another body')
+  t.throws(() => decide(done, 'createOther', hash), IdempotencyKeyReusedError, 'another operation, even with the same body')
+  t.equal(decide({ ...done, expired: true }, 'createOther', hash), undefined, 'an expired record of another operation binds nothing')
+  t.throws(() => decideFor({ ...done, state: 'running', lapsed: false }, hash), IdempotencyKeyInUseError, 'an earlier version\'s claim still held')
+  t.equal(decideFor({ ...done, state: 'running', lapsed: true }, hash), undefined, 'a lapsed claim is taken over')
   t.not(digestOf(['a', 'b']).toString('hex'), digestOf(['ab', null]).toString('hex'), 'parts cannot run into each other')
 })

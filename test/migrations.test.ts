@@ -51,3 +51,20 @@ t.test('a migration recorded twice (by concurrent starts before this lock) keeps
   const { app: next } = await testApp(t, url)
   t.equal((await next.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200, 'and the next instance starts and is ready')
 })
+
+t.test('an instance of the previous version keeps working through a rolling deploy: its Idempotency-Key statements still run after the operation column is added', async t => {
+  const url = await db.createDatabase()
+  await runMigrations(url, quiet)
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  t.teardown(async () => { await client.end() })
+  const owner = Buffer.alloc(32, 1)
+  // The previous version's record of an answer, as it sends it (no operation column; ON CONFLICT on the key it knows).
+  const previous = `INSERT INTO idempotency_keys (key_owner, idempotency_key, request_hash, state, claim_token, locked_until, response_status, response_body, location, expires_at)
+    VALUES ($1, $2, $3, 'done', gen_random_uuid(), now(), 201, '{}', '/v1/categories/1', now() + interval '24 hours')
+    ON CONFLICT (key_owner, idempotency_key) DO UPDATE SET state = 'done'`
+  await client.query(previous, [owner, 'rolling-1', Buffer.alloc(32, 2)])
+  await client.query(previous, [owner, 'rolling-1', Buffer.alloc(32, 2)])
+  const { rows } = await client.query<{ operation: string }>('SELECT operation FROM idempotency_keys WHERE idempotency_key = $1', ['rolling-1'])
+  t.same(rows, [{ operation: 'createCategory' }], 'one record, and it is a createCategory record: the only operation the previous version had')
+})

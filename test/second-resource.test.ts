@@ -69,22 +69,30 @@ t.test('a change to widgets drops only the widget list: the category list stays 
   t.equal(await metric(a, 'categories_list_reads_total', { source: 'cache' }), cacheHits + 1, 'served from the cache')
 })
 
-t.test('an Idempotency-Key belongs to its operation: the same key never replays another operation\'s answer', async t => {
+t.test('an Idempotency-Key belongs to its operation: another operation never replays its answer, it refuses the key', async t => {
   const key = { 'idempotency-key': 'shared-key-1' }
   const category = await create(a, '/v1/categories', 'same name', key)
   t.equal(category.status, 201)
   const widget = await create(a, '/v1/widgets', 'same name', key)
-  t.equal(widget.status, 201, 'a widget is created, not the category replayed')
+  t.equal(widget.status, 422, 'the same key for another operation: 422, not the category replayed')
+  t.match(widget.body, { code: 'IDEMPOTENCY_KEY_REUSED', message: /another operation/, status: 422 })
   t.notOk('idempotent-replayed' in widget.headers)
-  t.match(widget.headers.location, /^\/v1\/widgets\//)
-  const again = await create(b, '/v1/widgets', 'same name', key)
-  t.equal(again.headers['idempotent-replayed'], 'true', 'the widget\'s own retry replays')
-  t.same(again.body, widget.body)
-  t.equal((await create(b, '/v1/widgets', 'other name', key)).status, 422, 'another body for the same operation and key')
   const categoryAgain = await create(b, '/v1/categories', 'same name', key)
-  t.same(categoryAgain.body, category.body, 'and the category\'s retry replays the category')
-  const { rows } = await admin.query<{ operation: string }>('SELECT operation FROM idempotency_keys WHERE idempotency_key = $1 ORDER BY operation', ['shared-key-1'])
-  t.same(rows.map(r => r.operation), ['createCategory', 'createWidget'], 'one record per operation')
+  t.equal(categoryAgain.headers['idempotent-replayed'], 'true', 'the category\'s own retry replays')
+  t.same(categoryAgain.body, category.body)
+
+  const widgetKey = { 'idempotency-key': 'widget-key-1' }
+  const created = await create(a, '/v1/widgets', 'same name', widgetKey)
+  t.equal(created.status, 201)
+  t.match(created.headers.location, /^\/v1\/widgets\//)
+  const again = await create(b, '/v1/widgets', 'same name', widgetKey)
+  t.equal(again.headers['idempotent-replayed'], 'true', 'the widget\'s own retry replays')
+  t.same(again.body, created.body)
+  t.equal((await create(b, '/v1/widgets', 'other name', widgetKey)).status, 422, 'another body for the same operation and key')
+  t.equal((await create(b, '/v1/categories', 'same name', widgetKey)).status, 422, 'and the widget\'s key for a category')
+  const { rows } = await admin.query<{ idempotency_key: string, operation: string }>(
+    'SELECT idempotency_key, operation FROM idempotency_keys WHERE idempotency_key = ANY($1) ORDER BY idempotency_key', [['shared-key-1', 'widget-key-1']])
+  t.same(rows, [{ idempotency_key: 'shared-key-1', operation: 'createCategory' }, { idempotency_key: 'widget-key-1', operation: 'createWidget' }], 'each record names its operation')
   t.same(await names(a, '/v1/widgets'), ['sprocket', 'cog', 'gear', 'same name'], 'the idempotent create is in the list too')
 })
 

@@ -5,11 +5,13 @@ import { confirmReplicated } from '../db/servers.js'
 
 /*
  * Idempotency-Key for any operation that creates, as the contract says: scoped
- * to the API key and to the operation (a key used for one operation never
- * replays another's answer), remembered 24 hours in PostgreSQL (so every
- * instance agrees), the same key and body replays the first answer, a different
- * body is refused (IdempotencyKeyReusedError: 422 over HTTP), a request still
- * running too (IdempotencyKeyInUseError: 409).
+ * to the API key, remembered 24 hours in PostgreSQL (so every instance agrees),
+ * the same key and body for the same operation replays the first answer; a
+ * different body, or another operation, is refused (IdempotencyKeyReusedError:
+ * 422 over HTTP: a key used for one operation never replays another's answer),
+ * a request still running too (IdempotencyKeyInUseError: 409). A record names
+ * its operation; the key stays unique per owner, so the previous version's
+ * statements keep working during a rolling deploy (migrations/1763985600000).
  *
  * A key's work is one transaction: it takes a transaction-scoped advisory lock
  * on the key (held elsewhere: 409 at once), reads the key's record, and
@@ -49,10 +51,10 @@ export class IdempotencyKeyInUseError extends Error {
   }
 }
 
-/** The key was used for this operation with a different request body. */
+/** The key was used with a different request body, or for another operation. */
 export class IdempotencyKeyReusedError extends Error {
-  constructor () {
-    super('this Idempotency-Key was already used with a different request body')
+  constructor (message = 'this Idempotency-Key was already used with a different request body') {
+    super(message)
     this.name = 'IdempotencyKeyReusedError'
   }
 }
@@ -60,34 +62,35 @@ export class IdempotencyKeyReusedError extends Error {
 /** A refusal: nothing was written. */
 export const isIdempotencyRefusal = (err: unknown): boolean => err instanceof IdempotencyKeyInUseError || err instanceof IdempotencyKeyReusedError
 
-/** The advisory lock of one key of one owner for one operation: 64 bits of a digest of the three. */
-function lockId (owner: Buffer, operation: string, key: string): string {
-  const digest = createHash('sha256').update(owner).update('\0').update(operation).update('\0').update(key).digest()
+/** The advisory lock of one key of one owner: 64 bits of a digest of both (the lock earlier versions take too). */
+function lockId (owner: Buffer, key: string): string {
+  const digest = createHash('sha256').update(owner).update('\0').update(key).digest()
   return digest.readBigInt64BE(0).toString()
 }
 
 const RECORD = `
-SELECT request_hash, state, response_status, response_body, location, expires_at < now() AS expired, locked_until < now() AS lapsed
-FROM idempotency_keys WHERE key_owner = $1 AND operation = $2 AND idempotency_key = $3`
+SELECT operation, request_hash, state, response_status, response_body, location, expires_at < now() AS expired, locked_until < now() AS lapsed
+FROM idempotency_keys WHERE key_owner = $1 AND idempotency_key = $2`
 
 // state 'running' and locked_until belong to records of earlier versions, which committed a claim before the work.
 const REMEMBER_ANSWER = `
 INSERT INTO idempotency_keys (key_owner, operation, idempotency_key, request_hash, state, claim_token, locked_until, response_status, response_body, location, expires_at)
 VALUES ($1, $2, $3, $4, 'done', $5, now(), $6, $7, $8, now() + interval '${REMEMBER}')
-ON CONFLICT (key_owner, operation, idempotency_key) DO UPDATE
-SET request_hash = EXCLUDED.request_hash, state = 'done', claim_token = EXCLUDED.claim_token, locked_until = EXCLUDED.locked_until,
+ON CONFLICT (key_owner, idempotency_key) DO UPDATE
+SET operation = EXCLUDED.operation, request_hash = EXCLUDED.request_hash, state = 'done', claim_token = EXCLUDED.claim_token, locked_until = EXCLUDED.locked_until,
     response_status = EXCLUDED.response_status, response_body = EXCLUDED.response_body, location = EXCLUDED.location, expires_at = EXCLUDED.expires_at`
 
 /** A key's record as read (the columns `decide` needs). */
-export interface RecordRow { request_hash: Buffer, state: 'running' | 'done', response_status: number | null, response_body: string | null, location: string | null, expired: boolean, lapsed: boolean }
+export interface RecordRow { operation: string, request_hash: Buffer, state: 'running' | 'done', response_status: number | null, response_body: string | null, location: string | null, expired: boolean, lapsed: boolean }
 
 const LOCK_NOT_AVAILABLE = '55P03'
 
 const keyInUse = (): IdempotencyKeyInUseError => new IdempotencyKeyInUseError()
 
 /** What a key's record says: replay its answer, refuse (409, 422), or do the work (no record, or one that no longer binds). */
-export function decide (record: RecordRow | undefined, hash: Buffer): StoredResponse | undefined {
+export function decide (record: RecordRow | undefined, operation: string, hash: Buffer): StoredResponse | undefined {
   if (record === undefined || record.expired) return undefined
+  if (record.operation !== operation) throw new IdempotencyKeyReusedError('this Idempotency-Key was already used for another operation')
   if (!record.request_hash.equals(hash)) {
     throw new IdempotencyKeyReusedError()
   }
@@ -109,8 +112,8 @@ export class IdempotencyStore {
    */
   async execute<T> (owner: Buffer, operation: string, key: string, hash: Buffer, work: (client: pg.PoolClient) => Promise<{ result: T, response: StoredResponse }>): Promise<Outcome<T>> {
     // A key already answered (the usual retry) replays without a transaction.
-    const { rows } = await withDatabase(async () => await this.pool.query<RecordRow>({ text: RECORD, values: [owner, operation, key] }))
-    const remembered = decide(rows[0], hash)
+    const { rows } = await withDatabase(async () => await this.pool.query<RecordRow>({ text: RECORD, values: [owner, key] }))
+    const remembered = decide(rows[0], operation, hash)
     if (remembered !== undefined) return { kind: 'replay', response: remembered }
 
     return await withDatabase(async () => {
@@ -118,12 +121,12 @@ export class IdempotencyStore {
       let broken: Error | undefined
       try {
         await client.query('BEGIN')
-        const locked = await client.query<{ locked: boolean }>({ text: 'SELECT pg_try_advisory_xact_lock($1) AS locked', values: [lockId(owner, operation, key)] })
+        const locked = await client.query<{ locked: boolean }>({ text: 'SELECT pg_try_advisory_xact_lock($1) AS locked', values: [lockId(owner, key)] })
         if (locked.rows[0]?.locked !== true) throw keyInUse()
         // Read again under the lock: the record may have been written since. NOWAIT: an earlier version's holder has it locked.
-        const current = await client.query<RecordRow>({ text: `${RECORD} FOR UPDATE NOWAIT`, values: [owner, operation, key] })
+        const current = await client.query<RecordRow>({ text: `${RECORD} FOR UPDATE NOWAIT`, values: [owner, key] })
           .catch((err: unknown) => { throw (err as { code?: unknown }).code === LOCK_NOT_AVAILABLE ? keyInUse() : err })
-        const answered = decide(current.rows[0], hash)
+        const answered = decide(current.rows[0], operation, hash)
         if (answered !== undefined) {
           await client.query('ROLLBACK')
           return { kind: 'replay', response: answered }
