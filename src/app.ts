@@ -125,7 +125,7 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
 
   app.addSchema(ErrorSchema)
   await registerOpenApi(app)
-  // Before auth: an address over its failed-authentication limit is refused before its key is checked.
+  // The failed-authentication and per-key limits: auth.ts's one access hook applies them around the key check (this plugin adds no hook).
   await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit, redis: config.redis, registry: app.metrics })
   await app.register(auth, { digests: config.apiKeyDigests })
 

@@ -1,5 +1,6 @@
 import { hash, timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import bearerAuth from '@fastify/bearer-auth'
 import fp from 'fastify-plugin'
 import { ApiError } from './errors.js'
 
@@ -54,11 +55,6 @@ export function keyMatcher (digests: Buffer[]): (key: string) => Buffer | undefi
   }
 }
 
-export function keyVerifier (digests: Buffer[]): (key: string) => boolean {
-  const match = keyMatcher(digests)
-  return (key: string) => match(key) !== undefined
-}
-
 /** The token as @fastify/bearer-auth (rfc6749 mode) read it: case-insensitive scheme, trimmed; undefined without it. */
 export function bearerToken (header: string | undefined): string | undefined {
   if (typeof header !== 'string' || header.substring(0, BEARER.length).toLowerCase() !== BEARER) return undefined
@@ -84,30 +80,23 @@ const VERIFIED = Symbol('petstore.verifiedAuthorization')
 type Remembering = object & { [VERIFIED]?: Verified }
 
 /**
- * The key check of every request under /v1. A keep-alive connection sends the
- * same Authorization header on every request; hashing it each time was the
- * largest single cost of a cached GET (docs/performance.md). So each
- * connection remembers the last header that held a valid key, and a request
- * whose header equals it (compared in constant time: behind a proxy one
- * connection carries many clients) is that key again. Any other header is
- * hashed and compared with every configured digest, as before, and a failure
- * is always counted. Keys are fixed for the life of the process, so a
- * remembered header cannot go stale.
+ * A keep-alive connection sends the same Authorization header on every request;
+ * hashing it each time was the largest single cost of a cached GET
+ * (docs/performance.md). So each connection remembers the last header that held
+ * a valid key, and a request whose header equals it (compared in constant time:
+ * behind a proxy one connection carries many clients) is that key again. Keys
+ * are fixed for the life of the process, so a remembered header cannot go stale.
  */
-export function requestKeyChecker (digests: Buffer[]): (request: FastifyRequest) => Buffer | undefined {
-  const match = keyMatcher(digests)
-  return (request: FastifyRequest) => {
-    const header = request.headers.authorization
-    if (typeof header !== 'string' || header === '') return undefined
-    const connection = request.raw.socket as Remembering | null
-    const known = connection?.[VERIFIED]
-    if (known !== undefined && sameText(header, known.header)) return known.digest
-    const token = bearerToken(header)
-    if (token === undefined) return undefined
-    const digest = match(token)
-    if (digest !== undefined && connection !== null) connection[VERIFIED] = { header, digest }
-    return digest
-  }
+function rememberedDigest (request: FastifyRequest): Buffer | undefined {
+  const header = request.headers.authorization
+  const known = (request.raw.socket as Remembering | null)?.[VERIFIED]
+  return typeof header === 'string' && known !== undefined && sameText(header, known.header) ? known.digest : undefined
+}
+
+function remember (request: FastifyRequest, digest: Buffer): void {
+  const header = request.headers.authorization
+  const connection = request.raw.socket as Remembering | null
+  if (typeof header === 'string' && connection !== null) connection[VERIFIED] = { header, digest }
 }
 
 export function unauthorized (request: FastifyRequest): ApiError {
@@ -120,41 +109,65 @@ export function unauthorized (request: FastifyRequest): ApiError {
 
 /**
  * One onRequest hook for access under /v1, before the body is read: the key
- * check (case-insensitive scheme, constant-time comparison of digests), and
- * around it the limits of rate-limit.ts when that plugin is registered: a
- * request without a valid key is counted before its 401, and an address over
- * the failed-authentication limit gets 429 even with a valid key. A valid key
- * with nothing to count is answered synchronously, without a promise.
+ * check, and around it the limits of rate-limit.ts when that plugin is
+ * registered: a request without a valid key is counted before its 401, and an
+ * address over the failed-authentication limit gets 429 even with a valid key.
+ * A header this connection already presented with a valid key is answered
+ * synchronously (rememberedDigest); any other goes through @fastify/bearer-auth
+ * (case-insensitive scheme, RFC 6749), whose key check is ours: the key's
+ * SHA-256 compared in constant time with every configured digest.
  */
 async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Promise<void> {
-  const check = requestKeyChecker(options.digests)
+  const match = keyMatcher(options.digests)
   app.decorateRequest('apiKeyDigest', null)
+  await app.register(bearerAuth, {
+    keys: new Set<string>(),
+    auth: (key: string, request: FastifyRequest) => {
+      const digest = match(key)
+      if (digest !== undefined) request.apiKeyDigest = digest
+      return digest !== undefined
+    },
+    addHook: false,
+    specCompliance: 'rfc6749',
+    verifyErrorLogLevel: 'debug'
+  })
+  const verify = app.verifyBearerAuth
+  if (verify === undefined) throw new Error('@fastify/bearer-auth did not decorate verifyBearerAuth')
   let limits: AccessLimits | undefined
   app.addHook('onReady', function findLimits (done) {
     limits = app.hasDecorator('accessLimits') ? app.accessLimits : undefined
     done()
   })
+  const admit = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
+    const pending = limits?.verified(request, reply)
+    if (pending === undefined) done()
+    else pending.then(() => { done() }, done)
+  }
+  const refuse = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
+    if (limits === undefined) done(unauthorized(request))
+    else limits.failed(request, reply).then(() => { done(unauthorized(request)) }, done)
+  }
   app.addHook('onRequest', function access (request, reply, done) {
     if (!isProtectedPath(request.url)) {
       done()
       return
     }
-    const digest = check(request)
-    if (digest === undefined) {
-      if (limits === undefined) {
-        done(unauthorized(request))
+    const known = rememberedDigest(request)
+    if (known !== undefined) {
+      request.apiKeyDigest = known
+      admit(request, reply, done)
+      return
+    }
+    verify(request, reply, (err?: Error) => {
+      const digest = request.apiKeyDigest
+      if (err !== undefined || digest === null) {
+        request.apiKeyDigest = null
+        refuse(request, reply, done)
         return
       }
-      limits.failed(request, reply).then(() => { done(unauthorized(request)) }, done)
-      return
-    }
-    request.apiKeyDigest = digest
-    const pending = limits?.verified(request, reply)
-    if (pending === undefined) {
-      done()
-      return
-    }
-    pending.then(() => { done() }, done)
+      remember(request, digest)
+      admit(request, reply, done)
+    })
   })
 }
 
