@@ -1,11 +1,11 @@
-import { hash, timingSafeEqual } from 'node:crypto'
+import { timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import bearerAuth from '@fastify/bearer-auth'
 import fp from 'fastify-plugin'
+import { sha256 } from '../config.js'
 import { ApiError } from './errors.js'
 
 const REALM = 'Bearer realm="petstore"'
-const BEARER = 'bearer '
 
 /** Paths that need a key: everything under /v1, known or not. */
 export function isProtectedPath (url: string): boolean {
@@ -34,11 +34,6 @@ declare module 'fastify' {
   }
 }
 
-/** SHA-256 in one call (crypto.hash: no Hash object per request). */
-export function sha256 (key: string): Buffer {
-  return hash('sha256', key, 'buffer') as unknown as Buffer
-}
-
 /**
  * The configured digest (the same Buffer every time) that the key's digest
  * matches, or undefined; compares with every digest, without an early exit.
@@ -53,12 +48,6 @@ export function keyMatcher (digests: Buffer[]): (key: string) => Buffer | undefi
     }
     return found
   }
-}
-
-/** The token as @fastify/bearer-auth (rfc6749 mode) read it: case-insensitive scheme, trimmed; undefined without it. */
-export function bearerToken (header: string | undefined): string | undefined {
-  if (typeof header !== 'string' || header.substring(0, BEARER.length).toLowerCase() !== BEARER) return undefined
-  return header.substring(BEARER.length).trim()
 }
 
 /**

@@ -3,7 +3,6 @@ import rateLimit, { normalizeIP, type FastifyRateLimitStoreCtor } from '@fastify
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Registry } from 'prom-client'
-import { bearerToken, sha256 } from './auth.js'
 import { ApiError } from './errors.js'
 import { SharedRateLimitStore } from './rate-limit-store.js'
 
@@ -80,15 +79,12 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     timeWindow: options.windowMs,
     keyGenerator: (request) => `auth-failures:${normalizeIP(request.ip)}`
   })
-  // One HMAC per configured key, not per request: apiKeyDigest is the configured digest itself (auth.ts's keyMatcher).
-  const perKeyNames = new Map<Buffer, string>()
+  // One HMAC per configured key, made once: apiKeyDigest is the configured digest itself (auth.ts's keyMatcher),
+  // and the per-key limit is only asked about a request whose key auth.ts verified.
+  const perKeyNames = new Map(options.digests.map(digest => [digest, perKeyName(digest)]))
   const perKeyNameOf = (request: FastifyRequest): string => {
-    const digest = request.apiKeyDigest ?? sha256(bearerToken(request.headers.authorization) ?? '')
-    let name = perKeyNames.get(digest)
-    if (name === undefined) {
-      name = perKeyName(digest)
-      if (perKeyNames.size < 1000) perKeyNames.set(digest, name)
-    }
+    const name = request.apiKeyDigest === null ? undefined : perKeyNames.get(request.apiKeyDigest)
+    if (name === undefined) throw new Error('the per-key limit was asked about a request without a configured key')
     return name
   }
   const perKey = options.perKeyPerMinute > 0
