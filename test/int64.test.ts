@@ -1,20 +1,14 @@
 import t from 'tap'
-import pg from 'pg'
 import { testApp, AUTH, json } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
+import { withClient } from './helpers/pg-client.js'
 
 const db = await testDatabase(t)
 const { app } = await testApp(t, db.url)
 
 /** Moves the bigserial sequence so the next id is `next`. */
 async function restartSequenceAt (next: string): Promise<void> {
-  const client = new pg.Client({ connectionString: db.url })
-  await client.connect()
-  try {
-    await client.query(`ALTER SEQUENCE categories_id_seq RESTART WITH ${next}`)
-  } finally {
-    await client.end()
-  }
+  await withClient(db.url, async client => { await client.query(`ALTER SEQUENCE categories_id_seq RESTART WITH ${next}`) })
 }
 
 // Values around 2^53 (where doubles stop being exact) and up to 2^63-1 (the int8 maximum).

@@ -3,6 +3,7 @@ import t from 'tap'
 import { migrationNames, runMigrations } from '../src/db/migrate.js'
 import { testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
+import { withClient } from './helpers/pg-client.js'
 
 /*
  * Migrations at start (src/db/migrate.ts): one transaction under a transaction-scoped
@@ -13,13 +14,8 @@ const db = await testDatabase(t)
 const quiet = { info () {}, warn () {}, error () {} }
 
 async function records (url: string): Promise<Array<{ name: string, copies: number }>> {
-  const client = new pg.Client({ connectionString: url })
-  await client.connect()
-  try {
-    return (await client.query<{ name: string, copies: number }>('SELECT name, count(*)::int AS copies FROM pgmigrations GROUP BY name ORDER BY name')).rows
-  } finally {
-    await client.end()
-  }
+  return await withClient(url, async client =>
+    (await client.query<{ name: string, copies: number }>('SELECT name, count(*)::int AS copies FROM pgmigrations GROUP BY name ORDER BY name')).rows)
 }
 
 t.test('three runs at once on a fresh database: each migration applied and recorded once, no lock left', async t => {

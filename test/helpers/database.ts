@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import pg from 'pg'
+import { withClient } from './pg-client.js'
 import { chooseSource, describeChoice, startPostgresServer, type DatabaseSource, type PostgresServer } from './postgres-server.js'
 
 /**
@@ -33,13 +33,7 @@ function withDatabase (serverUrl: string, database: string): string {
 }
 
 async function onServer (serverUrl: string, sql: string[]): Promise<void> {
-  const admin = new pg.Client({ connectionString: serverUrl })
-  await admin.connect()
-  try {
-    for (const statement of sql) await admin.query(statement)
-  } finally {
-    await admin.end()
-  }
+  await withClient(serverUrl, async admin => { for (const statement of sql) await admin.query(statement) })
 }
 
 async function runServer (t: Teardown): Promise<PostgresServer> {

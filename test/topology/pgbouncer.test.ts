@@ -7,6 +7,7 @@ import t, { type Test } from 'tap'
 import { freePort } from '../helpers/ports.js'
 import { AUTH, testApp } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
+import { withClient } from '../helpers/pg-client.js'
 import { ensurePgBouncer, startPgBouncer, type PgBouncer, type PoolMode } from './helpers/pgbouncer.js'
 
 /*
@@ -26,16 +27,6 @@ const CONSISTENCY_MS = 100
 t.comment(ensurePgBouncer())
 const db = await testDatabase(t)
 t.comment(`PostgreSQL from ${db.source}`)
-
-async function direct<T> (url: string, work: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: url })
-  await client.connect()
-  try {
-    return await work(client)
-  } finally {
-    await client.end()
-  }
-}
 
 // ---------- instances: the real process, as production runs it ----------
 
@@ -233,7 +224,7 @@ async function loadAndAudit (t: Test, instances: Instance[], databaseUrl: string
   }
   await Promise.all([...Array.from({ length: 8 }, async (_, w) => await writer(w)), ...Array.from({ length: 4 }, async (_, r) => await reader(r))])
 
-  const { rows } = await direct(databaseUrl, async c => await c.query<{ id: string, name: string }>('SELECT id::text, name FROM categories'))
+  const { rows } = await withClient(databaseUrl, async c => await c.query<{ id: string, name: string }>('SELECT id::text, name FROM categories'))
   const table = new Map(rows.map(r => [r.id, r.name]))
   const stale = lists.flatMap(list => created
     .filter(c => c.answeredAt <= list.sentAt - CONSISTENCY_MS && !list.ids.has(c.id))
@@ -384,9 +375,9 @@ for (const mode of ['transaction', 'session'] as PoolMode[]) {
         t.comment(`round ${round}: all ready ${Math.round(performance.now() - started)} ms after ${gate === undefined ? 'starting' : 'the lock was released'}`)
         t.comment(`round ${round}: other clients ran ${await others.stop()} queries meanwhile`)
         t.same(outcomes.filter(o => o.status === 'rejected').map(o => String((o as PromiseRejectedResult).reason).slice(0, 1500)), [], `round ${round}: all three ready`)
-        const { rows } = await direct(url, async c => await c.query<{ total: number, names: number }>('SELECT count(*)::int AS total, count(DISTINCT name)::int AS names FROM pgmigrations'))
+        const { rows } = await withClient(url, async c => await c.query<{ total: number, names: number }>('SELECT count(*)::int AS total, count(DISTINCT name)::int AS names FROM pgmigrations'))
         t.same(rows[0], { total: rows[0]?.names, names: rows[0]?.names }, `round ${round}: each migration recorded once (${rows[0]?.names ?? 0} migrations)`)
-        const locks = await direct(url, async c => await c.query("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"))
+        const locks = await withClient(url, async c => await c.query("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"))
         t.equal(locks.rowCount, 0, `round ${round}: no advisory lock is left held`)
         for (const instance of instances) t.equal(await instance.stop(), 0, `${instance.name} exits 0 on SIGTERM`)
       }

@@ -4,6 +4,7 @@ import { rm, writeFile } from 'node:fs/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import pg from 'pg'
+import { withClient } from '../../helpers/pg-client.js'
 import { nextPort } from './ports.js'
 
 /*
@@ -129,13 +130,7 @@ export class DebianCluster {
 
   /** One statement on a short-lived connection of its own. */
   async query<R extends pg.QueryResultRow> (text: string, values: unknown[] = [], database = 'postgres'): Promise<R[]> {
-    const client = new pg.Client({ connectionString: this.url(database), connectionTimeoutMillis: 5000 })
-    await client.connect()
-    try {
-      return (await client.query<R>(text, values)).rows
-    } finally {
-      await client.end()
-    }
+    return await withClient(this.url(database), async client => (await client.query<R>(text, values)).rows, { connectionTimeoutMillis: 5000 })
   }
 
   /** A new cluster, not started, removed when the test ends; trust authentication on loopback (a test machine's own). */

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
-import pg from 'pg'
 import type { Test } from 'tap'
+import { withClient } from '../../helpers/pg-client.js'
 import type { Instances } from './instances.js'
 
 /*
@@ -90,13 +90,8 @@ const RESOLVE_LIMIT_MS = 30_000
 
 /** Rows of the categories table, ordered by id. */
 export async function tableRows (databaseUrl: string): Promise<Array<{ id: number, name: string }>> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    return (await client.query<{ id: number, name: string }>('SELECT id::float8 AS id, name FROM categories ORDER BY id')).rows
-  } finally {
-    await client.end()
-  }
+  return await withClient(databaseUrl, async client =>
+    (await client.query<{ id: number, name: string }>('SELECT id::float8 AS id, name FROM categories ORDER BY id')).rows)
 }
 
 interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
