@@ -11,7 +11,7 @@ import { createPool, POOL_QUEUE_FULL } from '../src/db/pool.js'
 import { ifNoneMatchHits } from '../src/http/replies.js'
 import { ChangeFeed, LISTENER_APPLICATION_NAME, notifyThrough, type ChangeFeedOptions } from '../src/machinery/change-feed.js'
 import { ListCache, type ListSource } from '../src/machinery/list-cache.js'
-import { testApp, AUTH, json, metric } from './helpers/app.js'
+import { testApp, AUTH, json, metric, until } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
 const db = await testDatabase(t)
@@ -20,14 +20,6 @@ const { app: b } = await testApp(t, db.url)
 const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
 t.teardown(async () => { await admin.end() })
-
-async function until (what: string, check: () => Promise<boolean>, timeoutMs = 10000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
-    await sleep(2)
-  }
-}
 
 const listening = async (app: FastifyInstance): Promise<boolean> => await metric(app, 'categories_change_feed_listening') === 1
 const list = async (app: FastifyInstance): Promise<Array<{ id: number, name: string }>> =>

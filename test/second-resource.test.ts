@@ -1,9 +1,8 @@
-import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import pg from 'pg'
 import t from 'tap'
 import { runMigrations } from '../src/db/migrate.js'
-import { AUTH, json, metric, testApp } from './helpers/app.js'
+import { AUTH, json, metric, testApp, until } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import widgets, { WIDGETS_TABLE } from './helpers/widgets.js'
 
@@ -23,13 +22,6 @@ const register = async (app: FastifyInstance): Promise<void> => { await app.regi
 const { app: a } = await testApp(t, db.url, {}, { register })
 const { app: b } = await testApp(t, db.url, {}, { register })
 
-async function until (what: string, check: () => Promise<boolean>, timeoutMs = 10000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
-    await sleep(5)
-  }
-}
 const names = async (app: FastifyInstance, path: string): Promise<string[]> =>
   ((await app.inject({ method: 'GET', url: path, headers: AUTH })).json() as Array<{ name: string }>).map(w => w.name)
 async function create (app: FastifyInstance, path: string, name: string, headers: Record<string, string> = {}): Promise<{ status: number, body: { id: number, name: string }, headers: Record<string, unknown> }> {

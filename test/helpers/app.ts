@@ -1,4 +1,5 @@
 import { Writable } from 'node:stream'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import { Registry } from 'prom-client'
 import { buildApp } from '../../src/app.js'
@@ -59,4 +60,13 @@ export async function metric (from: FastifyInstance | Registry, name: string, la
   const registry = from instanceof Registry ? from : from.metrics
   const values = (await registry.getSingleMetric(name)?.get())?.values ?? []
   return values.find(v => Object.entries(labels).every(([k, l]) => v.labels[k] === l))?.value ?? 0
+}
+
+/** Waits until `check` holds, polling every `pollMs`; throws naming `what` after `timeoutMs`. */
+export async function until (what: string, check: () => Promise<boolean>, timeoutMs = 10000, pollMs = 2): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
+    await sleep(pollMs)
+  }
 }
