@@ -51,7 +51,6 @@ const START_TIMEOUT_MS = 60000
 const STOP_TIMEOUT_MS = 30000
 const execFileAsync = promisify(execFile)
 
-/** A loopback port that was free a moment ago (nothing listens there now). */
 export async function freePort (): Promise<number> {
   return await new Promise((resolve, reject) => {
     const server = createServer()
@@ -59,10 +58,7 @@ export async function freePort (): Promise<number> {
     server.on('error', reject)
     server.listen(0, '127.0.0.1', () => {
       const address = server.address()
-      server.close(() => {
-        if (typeof address === 'object' && address !== null) resolve(address.port)
-        else reject(new Error('no free port'))
-      })
+      server.close(() => { resolve(typeof address === 'object' && address !== null ? address.port : 0) })
     })
   })
 }
