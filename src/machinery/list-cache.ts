@@ -160,7 +160,8 @@ export class ListCache<T extends Row> {
   private refreshing: { generation: number, promise: Promise<CachedList> } | undefined
   private readonly feed: ChangeFeed
   private readonly maxPendingRows: number
-  private readonly reads: Partial<Record<ReadSource, { inc: () => void }>> = {}
+  /** Reads by source, plain numbers: the Counter below reads them when scraped (a prom-client inc() per read was about 1 µs of a cached GET). */
+  private readonly reads: Record<ReadSource, number> = { cache: 0, appended: 0, refresh: 0, database: 0 }
   /** The last list built (its length and rows), and how many rows this instance created since: what a rebuild sizes its buffer from. */
   private lastBuilt = { bytes: 0, rows: 0 }
   private createdSinceBuilt = 0
@@ -175,9 +176,18 @@ export class ListCache<T extends Row> {
     if (options.registry !== undefined) {
       const registers = [options.registry]
       const prefix = options.metricPrefix
-      const reads = new Counter({ name: `${prefix}_list_reads_total`, help: `${options.rowName} list reads by source: cache, appended (cache plus this instance's own new rows), refresh (one query shared by waiting readers) or database (change feed down or deaf)`, labelNames: ['source'], registers })
-      // Children bound once: the hot path then skips label hashing.
-      for (const source of ['cache', 'appended', 'refresh', 'database'] as const) this.reads[source] = reads.labels(source)
+      const reads = this.reads
+      // eslint-disable-next-line no-new
+      new Counter({
+        name: `${prefix}_list_reads_total`,
+        help: `${options.rowName} list reads by source: cache, appended (cache plus this instance's own new rows), refresh (one query shared by waiting readers) or database (change feed down or deaf)`,
+        labelNames: ['source'],
+        registers,
+        collect () {
+          this.reset()
+          for (const [source, count] of Object.entries(reads)) this.labels(source).inc(count)
+        }
+      })
       const feed = this.feed
       // eslint-disable-next-line no-new
       new Gauge({ name: `${prefix}_change_feed_listening`, help: '1 while the change feed hears notifications (its last probe was echoed) and the list cache may be used; 0: the list is read from the database', registers, collect () { this.set(feed.listening ? 1 : 0) } })
@@ -280,5 +290,5 @@ export class ListCache<T extends Row> {
     return list
   }
 
-  private count (source: ReadSource): void { this.reads[source]?.inc() }
+  private count (source: ReadSource): void { this.reads[source]++ }
 }
