@@ -1,5 +1,4 @@
-import { randomBytes, randomUUID } from 'node:crypto'
-import type { IncomingMessage } from 'node:http'
+import { randomBytes } from 'node:crypto'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Registry } from 'prom-client'
 import categories from './categories/index.js'
@@ -8,12 +7,13 @@ import { createPool } from './db/pool.js'
 import { DatabaseServers } from './db/servers.js'
 import { migrationNames } from './db/migrate.js'
 import auth from './http/auth.js'
+import { registerCachedListAnswers } from './http/cached-lists.js'
 import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
 import { ErrorSchema } from './http/errors.js'
 import { registerHealthRoutes } from './http/health.js'
 import { registerJsonBodyParser } from './http/json-body.js'
 import { registerMetrics } from './http/metrics.js'
-import { registerResponseHeaders, type Lifecycle } from './http/lifecycle.js'
+import { registerResponseHeaders, requestId, type Lifecycle } from './http/lifecycle.js'
 import { lazyRequestLogger } from './http/request-logger.js'
 import { registerOpenApi } from './http/openapi.js'
 import data from './plugins/data.js'
@@ -39,13 +39,6 @@ const SLOW_REQUEST_MS = 1000
 
 /** Expired Idempotency-Key records are deleted this often, in small batches, off the request path. */
 const IDEMPOTENCY_CLEANUP_INTERVAL_MS = 10 * 60 * 1000
-
-/** A request id from the balancer is kept when it is sane; otherwise we make one. */
-const REQUEST_ID = /^[\x21-\x7e]{1,128}$/
-function requestId (req: IncomingMessage): string {
-  const header = req.headers['x-request-id']
-  return typeof header === 'string' && REQUEST_ID.test(header) ? header : randomUUID()
-}
 
 function loggerOptions (config: Config, options: AppOptions): FastifyServerOptions['logger'] {
   return {
@@ -111,6 +104,8 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
   app.addHook('onClose', async () => { await pool.end() })
   const { registry, durations } = registerMetrics(pool)
   app.decorate('metrics', registry)
+  // Before any route: it finds the list routes as they are added.
+  registerCachedListAnswers(app, { lifecycle, durations, registry })
   // One hook for everything that follows a response (each hook is a step of Fastify's runner on every request).
   app.addHook('onResponse', function requestCompleted (request, reply, done) {
     const ms = reply.elapsedTime

@@ -1,4 +1,5 @@
 import { timingSafeEqual } from 'node:crypto'
+import type { IncomingMessage } from 'node:http'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import bearerAuth from '@fastify/bearer-auth'
 import fp from 'fastify-plugin'
@@ -22,6 +23,8 @@ export interface AccessLimits {
   failed: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
   /** A request with a valid key: undefined when nothing can refuse it, else a promise that rejects with 429. */
   verified: (request: FastifyRequest, reply: FastifyReply) => Promise<void> | undefined
+  /** False while `verified` would return undefined for any request (no limit can refuse a valid key now). */
+  mayRefuseVerified: () => boolean
 }
 
 declare module 'fastify' {
@@ -75,10 +78,11 @@ type Remembering = object & { [VERIFIED]?: Verified }
  * a valid key, and a request whose header equals it (compared in constant time:
  * behind a proxy one connection carries many clients) is that key again. Keys
  * are fixed for the life of the process, so a remembered header cannot go stale.
+ * Returns that key's digest (cached-lists.ts reads it too, before Fastify).
  */
-function rememberedDigest (request: FastifyRequest): Buffer | undefined {
-  const header = request.headers.authorization
-  const known = (request.raw.socket as Remembering | null)?.[VERIFIED]
+export function rememberedKey (req: IncomingMessage): Buffer | undefined {
+  const header = req.headers.authorization
+  const known = (req.socket as Remembering | null)?.[VERIFIED]
   return typeof header === 'string' && known !== undefined && sameText(header, known.header) ? known.digest : undefined
 }
 
@@ -141,7 +145,7 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
       done()
       return
     }
-    const known = rememberedDigest(request)
+    const known = rememberedKey(request.raw)
     if (known !== undefined) {
       request.apiKeyDigest = known
       admit(request, reply, done)

@@ -1,8 +1,17 @@
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 
 /** What the instance knows about its own shutdown; server.ts flips it on SIGTERM. */
 export interface Lifecycle {
   shuttingDown: boolean
+}
+
+/** A request id from the balancer is kept when it is sane; otherwise we make one (Fastify's genReqId, and cached-lists.ts). */
+const REQUEST_ID = /^[\x21-\x7e]{1,128}$/
+export function requestId (req: IncomingMessage): string {
+  const header = req.headers['x-request-id']
+  return typeof header === 'string' && REQUEST_ID.test(header) ? header : randomUUID()
 }
 
 /**

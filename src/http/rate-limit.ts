@@ -128,13 +128,16 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     reply.headers(rateLimitHeaders('per-key', state))
   }
 
+  const mayReadFailures = (): boolean => shared || Date.now() < failuresMayCountUntil
+  const mayRefuseVerified = (): boolean => perKey !== undefined || mayReadFailures()
+
   function verified (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
-    const readFailures = shared || Date.now() < failuresMayCountUntil
+    const readFailures = mayReadFailures()
     if (!readFailures && perKey === undefined) return undefined
     return verifiedSlowly(request, reply, readFailures)
   }
 
-  app.decorate('accessLimits', { failed, verified })
+  app.decorate('accessLimits', { failed, verified, mayRefuseVerified })
 }
 
 export default fp(rateLimits, { name: 'rate-limits' })

@@ -45,9 +45,13 @@ export interface ListedResource<Row> {
   list: (serialize: (rows: Row[]) => string) => Promise<ListBody>
 }
 
+/** Set on every list handler: the resource whose cached list cached-lists.ts may answer before Fastify. */
+export const LISTED = Symbol('petstore.listedResource')
+export interface ListRouteHandler { [LISTED]?: { cached: () => ListBody | undefined } }
+
 /** GET of a resource's list: a cache hit is answered at once (no promise for Fastify to wait for), else read and sent. */
 export function listHandler<Row> (resource: ListedResource<Row>) {
-  return function sendResourceList (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
+  return Object.assign(function sendResourceList (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
     const hit = resource.cached()
     if (hit !== undefined) {
       sendList(request, reply, hit)
@@ -55,7 +59,7 @@ export function listHandler<Row> (resource: ListedResource<Row>) {
     }
     // The route's own compiled 200 serializer: the cached body is exactly what the schema would produce.
     return resource.list(reply.getSerializationFunction('200') as unknown as (rows: Row[]) => string).then(list => { sendList(request, reply, list) })
-  }
+  }, { [LISTED]: resource })
 }
 
 /** A resource's creates as its routes see them (machinery/collection.ts has this shape). */
