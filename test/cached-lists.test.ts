@@ -2,7 +2,7 @@ import { connect } from 'node:net'
 import { Agent, request } from 'node:http'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { AUTH, OTHER_KEY, TEST_KEY, json, listeningApp, metric, until } from './helpers/app.js'
+import { AUTH, OTHER_KEY, TEST_KEY, json, listeningApp, metric, testApp, until } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
 /*
@@ -196,4 +196,30 @@ t.test('a per-key limit, or a log line per request, keeps every request in Fasti
     t.equal(await answered(app), 0, `${label}: none answered before Fastify`)
     if (env.LOG_LEVEL === 'debug') t.equal(logs.lines.filter(line => line.includes('"request completed"') && line.includes('/v1/categories')).length, 3, 'a line per request')
   }
+})
+
+t.test('while Fastify closes (app.close(), with or without the shutdown signal), requests go to Fastify', async t => {
+  let release = (): void => {}
+  const held = new Promise<void>(resolve => { release = resolve })
+  let closingStarted = false
+  // A preClose hook of the test's own holds the close open (after the app's own preClose hooks, which run first).
+  const { app } = await testApp(t, await db.createDatabase(), {}, {
+    register: async app => { app.addHook('preClose', async () => { closingStarted = true; await held }) }
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const address = app.server.address()
+  if (address === null || typeof address === 'string') throw new Error('no port')
+  await until('the change feed hears', async () => await metric(app, 'categories_change_feed_listening') === 1)
+  const get = connection(t, address.port)
+  t.equal((await get()).status, 200)
+  t.equal((await get()).status, 200)
+  t.equal(await answered(app), 1, 'answered before Fastify while open')
+  const closed = app.close()
+  await until('the close has begun', async () => closingStarted)
+  const during = await get()
+  t.equal(during.status, 200, 'still served while closing')
+  t.equal(header(during, 'connection'), 'close', 'with Fastify\'s Connection: close')
+  t.equal(await answered(app), 1, 'through Fastify')
+  release()
+  await closed
 })

@@ -30,9 +30,9 @@ export interface CachedListOptions {
  *
  * It answers only a request whose every step through Fastify would end in
  * exactly this response, and leaves any other to Fastify, unchanged:
- * - GET, the route's exact path (no query string), not shutting down (Fastify
- *   adds Connection: close), and no line to log (at `debug` every request is
- *   logged; at `info` a successful one is not);
+ * - GET, the route's exact path (no query string), not shutting down nor
+ *   closing (Fastify adds Connection: close), and no line to log (at `debug`
+ *   every request is logged; at `info` a successful one is not);
  * - the Authorization header this connection already presented with a valid
  *   key (auth.ts remembers it after Fastify's access hook verified it): so the
  *   first request on every connection, and any other header, goes through
@@ -63,6 +63,12 @@ export function registerCachedListAnswers (app: FastifyInstance, options: Cached
     limits = app.hasDecorator('accessLimits') ? app.accessLimits : undefined
     done()
   })
+  // Once app.close() begins, Fastify answers with Connection: close (and server.ts's shutdown sets lifecycle earlier still).
+  let closing = false
+  app.addHook('preClose', function stopAnswering (done) {
+    closing = true
+    done()
+  })
   let answered = 0
   // eslint-disable-next-line no-new
   new Counter({ name: 'http_cached_list_answers_total', help: 'GETs of a cached list answered before Fastify (counted in http_request_duration_seconds too)', registers: [options.registry], collect () { this.reset(); this.inc(answered) } })
@@ -72,7 +78,7 @@ export function registerCachedListAnswers (app: FastifyInstance, options: Cached
     if (req.method !== 'GET') return false
     const start = performance.now()
     const list = lists.get(req.url as string)
-    if (list === undefined || lifecycle.shuttingDown || log.isLevelEnabled('debug')) return false
+    if (list === undefined || lifecycle.shuttingDown || closing || log.isLevelEnabled('debug')) return false
     if (rememberedKey(req) === undefined || limits?.mayRefuseVerified() === true) return false
     if (repeatedSingleton(req.rawHeaders) !== undefined) return false
     const hit = list.cached()
