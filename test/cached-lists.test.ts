@@ -4,6 +4,7 @@ import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { AUTH, OTHER_KEY, TEST_KEY, json, listeningApp, metric, testApp, until } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
+import { listHandler } from '../src/http/replies.js'
 
 /*
  * src/http/cached-lists.ts answers GET of a cached list before Fastify, on a
@@ -222,4 +223,30 @@ t.test('while Fastify closes (app.close(), with or without the shutdown signal),
   t.equal(await answered(app), 1, 'through Fastify')
   release()
   await closed
+})
+
+t.test('only list routes without options of their own that Fastify must apply', async t => {
+  const body = Buffer.from('[]')
+  const resource = { cached: () => ({ body, etag: '"fixed"' }), list: async () => ({ body, etag: '"fixed"' }) }
+  let hookRuns = 0
+  const { app } = await testApp(t, await db.createDatabase(), {}, {
+    register: async app => {
+      app.get('/v1/plain-list', listHandler(resource))
+      app.get('/v1/hooked-list', { onRequest: (_request, _reply, done) => { hookRuns++; done() } }, listHandler(resource))
+      app.get('/v1/logged-list', { logLevel: 'debug' }, listHandler(resource))
+      app.get('/v1/constrained-list', { constraints: { host: '127.0.0.1' } }, listHandler(resource))
+    }
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const address = app.server.address()
+  if (address === null || typeof address === 'string') throw new Error('no port')
+  const get = connection(t, address.port)
+  t.equal((await get(AUTH, { path: '/v1/plain-list' })).status, 200, 'the connection\'s first request')
+  t.equal((await get(AUTH, { path: '/v1/plain-list' })).status, 200)
+  t.equal(await answered(app), 1, 'a plain list route: answered before Fastify')
+  for (const path of ['/v1/hooked-list', '/v1/logged-list', '/v1/constrained-list']) {
+    t.equal((await get(AUTH, { path })).status, path === '/v1/constrained-list' ? 404 : 200, `${path}: answered by Fastify`)
+    t.equal(await answered(app), 1, `${path}: not before Fastify`)
+  }
+  t.equal(hookRuns, 1, 'the route\'s own hook ran')
 })

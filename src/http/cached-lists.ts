@@ -7,8 +7,11 @@ import type { RequestDurations } from './metrics.js'
 import { LISTED, ifNoneMatchHits, type ListBody, type ListRouteHandler } from './replies.js'
 import { repeatedSingleton } from './singleton-headers.js'
 
-/** Route-level hooks and constraints: a route with any of them is always left to Fastify. */
-const ROUTE_EXTRAS = ['onRequest', 'preParsing', 'preValidation', 'preHandler', 'preSerialization', 'onSend', 'onResponse', 'onTimeout', 'onError', 'onRequestAbort', 'constraints'] as const
+/** Route options that change what Fastify does with a request (its own hooks, constraints, log level): a route with any of them is always left to Fastify. */
+const ROUTE_EXTRAS = ['onRequest', 'preParsing', 'preValidation', 'preHandler', 'preSerialization', 'onSend', 'onResponse', 'onTimeout', 'onError', 'onRequestAbort', 'constraints', 'logLevel'] as const
+
+/** Fastify fills some route options with an empty value ('' for logLevel when no plugin sets one). */
+const given = (value: unknown): boolean => value !== undefined && value !== null && value !== '' && !(Array.isArray(value) && value.length === 0)
 
 const JSON_TYPE = 'application/json; charset=utf-8'
 
@@ -55,7 +58,7 @@ export function registerCachedListAnswers (app: FastifyInstance, options: Cached
   const lists = new Map<string, { route: string, cached: () => ListBody | undefined }>()
   app.addHook('onRoute', function findCachedLists (route: RouteOptions) {
     const resource = (route.handler as ListRouteHandler)[LISTED]
-    if (resource === undefined || route.method !== 'GET' || ROUTE_EXTRAS.some(extra => route[extra] !== undefined)) return
+    if (resource === undefined || route.method !== 'GET' || ROUTE_EXTRAS.some(extra => given(route[extra]))) return
     lists.set(route.url, { route: route.url, cached: () => resource.cached() })
   })
   let limits: AccessLimits | undefined
