@@ -103,6 +103,8 @@ export function registerCachedListAnswers (app: FastifyInstance, options: Cached
   }
 
   // Fastify's handler is the server's one 'request' listener (node:http adds createServer's listener there).
+  // A host name that resolves to several addresses makes Fastify listen on more servers of its own, with its
+  // handler alone: requests there are all Fastify's, the same answers, only slower.
   const server = app.server
   const [fastify, ...others] = server.listeners('request') as Array<(req: IncomingMessage, res: ServerResponse) => void>
   if (fastify === undefined || others.length > 0) throw new Error(`cached-lists.ts expected Fastify's handler as the server's one 'request' listener, found ${others.length + (fastify === undefined ? 0 : 1)}`)
