@@ -250,3 +250,25 @@ t.test('only list routes without options of their own that Fastify must apply', 
   }
   t.equal(hookRuns, 1, 'the route\'s own hook ran')
 })
+
+t.test('the app\'s request hooks are the ones cached-lists.ts stands in for', async t => {
+  // A hook added to the app runs for every request through Fastify, and never for one answered before it.
+  // A new one must be reproduced there (or make it step aside), and then named here.
+  const { app } = await testApp(t, await db.createDatabase())
+  const symbol = Object.getOwnPropertySymbols(app).find(s => s.description === 'fastify.hooks')
+  if (symbol === undefined) throw new Error('Fastify keeps its hooks elsewhere now: find them for this test')
+  const hooks = (app as unknown as Record<symbol, Record<string, Array<{ name: string }>>>)[symbol] ?? {}
+  const perRequest = ['onRequest', 'preParsing', 'preValidation', 'preHandler', 'preSerialization', 'onSend', 'onResponse', 'onError', 'onTimeout', 'onRequestAbort']
+  t.same(Object.fromEntries(perRequest.map(name => [name, (hooks[name] ?? []).map(hook => hook.name)])), {
+    onRequest: ['refuseRepeatedHeaders', 'access'],
+    preParsing: [],
+    preValidation: [],
+    preHandler: [],
+    preSerialization: [],
+    onSend: ['responseHeaders'],
+    onResponse: ['requestCompleted'],
+    onError: [],
+    onTimeout: [],
+    onRequestAbort: []
+  })
+})

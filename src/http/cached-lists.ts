@@ -52,6 +52,11 @@ export interface CachedListOptions {
  * 'request' event to the end of the write, where Fastify's hook times to the
  * response's 'finish'), the list cache's read counter. The headers are
  * Fastify's, in its order. `http_cached_list_answers_total` counts the answers.
+ * A hook added to the app later would never run for these answers:
+ * test/cached-lists.test.ts pins the app's request hooks, so a new one fails it
+ * until it is reproduced here (or makes the answer step aside). Hooks of an
+ * encapsulating plugin are not seen either: list routes are registered in
+ * fastify-plugin plugins (docs/architecture.md).
  */
 export function registerCachedListAnswers (app: FastifyInstance, options: CachedListOptions): void {
   const { lifecycle, durations } = options

@@ -25,7 +25,7 @@ export function requestId (req: IncomingMessage): string {
  *   request already in flight when the signal came gets it too.
  */
 export function registerResponseHeaders (app: FastifyInstance, lifecycle: Lifecycle): void {
-  app.addHook('onSend', (request, reply, payload, done) => {
+  app.addHook('onSend', function responseHeaders (request, reply, payload, done) {
     reply.header('x-request-id', request.id)
     if (lifecycle.shuttingDown && request.raw.httpVersionMajor < 2) reply.header('connection', 'close')
     done(null, payload)

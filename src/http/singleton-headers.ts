@@ -34,7 +34,7 @@ export function repeatedSingleton (rawHeaders: string[]): string | undefined {
  * them and needs no counting.
  */
 export function registerSingletonHeaderCheck (app: FastifyInstance): void {
-  app.addHook('onRequest', (request, _reply, done) => {
+  app.addHook('onRequest', function refuseRepeatedHeaders (request, _reply, done) {
     const header = repeatedSingleton(request.raw.rawHeaders)
     done(header === undefined ? undefined : validationFailed(`the ${header} header must be sent once`))
   })
