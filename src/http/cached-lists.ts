@@ -60,11 +60,12 @@ export interface CachedListOptions {
  */
 export function registerCachedListAnswers (app: FastifyInstance, options: CachedListOptions): void {
   const { lifecycle, durations } = options
-  const lists = new Map<string, { route: string, cached: () => ListBody | undefined }>()
+  /** By route path, which a list route's requests match exactly (no parameters, no query string). */
+  const lists = new Map<string, { cached: () => ListBody | undefined }>()
   app.addHook('onRoute', function findCachedLists (route: RouteOptions) {
     const resource = (route.handler as ListRouteHandler)[LISTED]
     if (resource === undefined || route.method !== 'GET' || ROUTE_EXTRAS.some(extra => given(route[extra]))) return
-    lists.set(route.url, { route: route.url, cached: () => resource.cached() })
+    lists.set(route.url, resource)
   })
   let limits: AccessLimits | undefined
   app.addHook('onReady', function findLimits (done) {
@@ -84,9 +85,11 @@ export function registerCachedListAnswers (app: FastifyInstance, options: Cached
 
   function answer (req: IncomingMessage, res: ServerResponse): boolean {
     if (req.method !== 'GET') return false
+    const route = req.url as string
+    const list = lists.get(route)
+    if (list === undefined) return false
     const start = performance.now()
-    const list = lists.get(req.url as string)
-    if (list === undefined || lifecycle.shuttingDown || closing || log.isLevelEnabled('debug')) return false
+    if (lifecycle.shuttingDown || closing || log.isLevelEnabled('debug')) return false
     if (rememberedKey(req) === undefined || limits?.mayRefuseVerified() === true) return false
     if (repeatedSingleton(req.rawHeaders) !== undefined) return false
     const hit = list.cached()
@@ -103,7 +106,7 @@ export function registerCachedListAnswers (app: FastifyInstance, options: Cached
       res.end(hit.body)
     }
     answered++
-    durations.observe('GET', list.route, status, (performance.now() - start) / 1000)
+    durations.observe('GET', route, status, (performance.now() - start) / 1000)
     return true
   }
 
