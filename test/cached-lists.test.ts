@@ -2,7 +2,7 @@ import { connect } from 'node:net'
 import { Agent, request } from 'node:http'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { AUTH, OTHER_KEY, TEST_KEY, json, listeningApp, metric, testApp, until } from './helpers/app.js'
+import { AUTH, OTHER_KEY, TEST_KEY, histogram, json, listeningApp, metric, testApp, until } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { listHandler } from '../src/http/replies.js'
 
@@ -47,17 +47,15 @@ const comparable = (answer: Answer, generatedId: boolean): unknown => ({
 const answered = async (app: FastifyInstance): Promise<number> => await metric(app, 'http_cached_list_answers_total')
 
 /** listeningApp, once its change feed hears (until then every list read goes to the database: ListCache.cached is undefined). */
-async function hearingApp (t: Test, env: Record<string, string> = {}): Promise<Awaited<ReturnType<typeof listeningApp>>> {
-  const started = await listeningApp(t, await db.createDatabase(), env)
+async function hearingApp (t: Test, env: Record<string, string> = {}, extra: Parameters<typeof listeningApp>[3] = {}): Promise<Awaited<ReturnType<typeof listeningApp>>> {
+  const started = await listeningApp(t, await db.createDatabase(), env, extra)
   await until('the change feed hears', async () => await metric(started.app, 'categories_change_feed_listening') === 1)
   return started
 }
 
 /** GETs of /v1/categories with this status in the request histogram. */
-async function requests (app: FastifyInstance, status: number): Promise<number> {
-  const values = ((await app.metrics.getSingleMetric('http_request_duration_seconds')?.get())?.values ?? []) as Array<{ metricName?: string, labels: Record<string, unknown>, value: number }>
-  return values.find(v => v.metricName === 'http_request_duration_seconds_count' && v.labels.route === '/v1/categories' && v.labels.method === 'GET' && v.labels.status === status)?.value ?? 0
-}
+const requests = async (app: FastifyInstance, status: number): Promise<number> =>
+  (await histogram(app, 'http_request_duration_seconds', { route: '/v1/categories', method: 'GET', status: String(status) })).count
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 
@@ -204,14 +202,10 @@ t.test('while Fastify closes (app.close(), with or without the shutdown signal),
   const held = new Promise<void>(resolve => { release = resolve })
   let closingStarted = false
   // A preClose hook of the test's own holds the close open (after the app's own preClose hooks, which run first).
-  const { app } = await testApp(t, await db.createDatabase(), {}, {
+  const { app, port } = await hearingApp(t, {}, {
     register: async app => { app.addHook('preClose', async () => { closingStarted = true; await held }) }
   })
-  await app.listen({ port: 0, host: '127.0.0.1' })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('no port')
-  await until('the change feed hears', async () => await metric(app, 'categories_change_feed_listening') === 1)
-  const get = connection(t, address.port)
+  const get = connection(t, port)
   t.equal((await get()).status, 200)
   t.equal((await get()).status, 200)
   t.equal(await answered(app), 1, 'answered before Fastify while open')
@@ -229,7 +223,7 @@ t.test('only list routes without options of their own that Fastify must apply', 
   const body = Buffer.from('[]')
   const resource = { cached: () => ({ body, etag: '"fixed"' }), list: async () => ({ body, etag: '"fixed"' }) }
   let hookRuns = 0
-  const { app } = await testApp(t, await db.createDatabase(), {}, {
+  const { app, port } = await hearingApp(t, {}, {
     register: async app => {
       app.get('/v1/plain-list', listHandler(resource))
       app.get('/v1/hooked-list', { onRequest: (_request, _reply, done) => { hookRuns++; done() } }, listHandler(resource))
@@ -237,10 +231,7 @@ t.test('only list routes without options of their own that Fastify must apply', 
       app.get('/v1/constrained-list', { constraints: { host: '127.0.0.1' } }, listHandler(resource))
     }
   })
-  await app.listen({ port: 0, host: '127.0.0.1' })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('no port')
-  const get = connection(t, address.port)
+  const get = connection(t, port)
   t.equal((await get(AUTH, { path: '/v1/plain-list' })).status, 200, 'the connection\'s first request')
   t.equal((await get(AUTH, { path: '/v1/plain-list' })).status, 200)
   t.equal(await answered(app), 1, 'a plain list route: answered before Fastify')

@@ -1,22 +1,13 @@
-import type { FastifyInstance } from 'fastify'
 import pg from 'pg'
 import t from 'tap'
 import { CategoryRepository } from '../src/categories/repository.js'
 import { createPool } from '../src/db/pool.js'
-import { testApp, AUTH, json, metric } from './helpers/app.js'
+import { testApp, AUTH, histogram, json, metric } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
 const db = await testDatabase(t)
 // A short statement timeout, so that a table held locked below fails a batch quickly (as a 503).
 const { app } = await testApp(t, db.url, { DB_STATEMENT_TIMEOUT_MS: '500' })
-
-async function histogram (app: FastifyInstance, name: string): Promise<{ count: number, sum: number }> {
-  const values = ((await app.metrics.getSingleMetric(name)?.get())?.values ?? []) as Array<{ metricName?: string, value: number }>
-  return {
-    count: values.find(v => v.metricName === `${name}_count`)?.value ?? 0,
-    sum: values.find(v => v.metricName === `${name}_sum`)?.value ?? 0
-  }
-}
 
 t.test('200 concurrent creates: each gets its own row and id, in fewer INSERTs than rows', async t => {
   const before = await histogram(app, 'categories_insert_batch_rows')

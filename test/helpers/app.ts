@@ -43,8 +43,8 @@ export async function testApp (t: Teardown, databaseUrl: string, env: Record<str
 }
 
 /** testApp, listening on a loopback port of its own: for tests that need a real socket. */
-export async function listeningApp (t: Teardown, databaseUrl: string, env: Record<string, string> = {}): Promise<{ app: FastifyInstance, port: number, logs: CapturedLogs }> {
-  const { app, logs } = await testApp(t, databaseUrl, env)
+export async function listeningApp (t: Teardown, databaseUrl: string, env: Record<string, string> = {}, extra: { register?: (app: FastifyInstance) => Promise<void> } = {}): Promise<{ app: FastifyInstance, port: number, logs: CapturedLogs }> {
+  const { app, logs } = await testApp(t, databaseUrl, env, extra)
   await app.listen({ port: 0, host: '127.0.0.1' })
   const address = app.server.address()
   if (address === null || typeof address === 'string') throw new Error('no port')
@@ -60,6 +60,14 @@ export async function metric (from: FastifyInstance | Registry, name: string, la
   const registry = from instanceof Registry ? from : from.metrics
   const values = (await registry.getSingleMetric(name)?.get())?.values ?? []
   return values.find(v => Object.entries(labels).every(([k, l]) => v.labels[k] === l))?.value ?? 0
+}
+
+/** A histogram's count and sum (the series whose labels equal these as text: `status` is a number there), from an app's registry or one of its own; 0 when absent. */
+export async function histogram (from: FastifyInstance | Registry, name: string, labels: Record<string, string> = {}): Promise<{ count: number, sum: number }> {
+  const registry = from instanceof Registry ? from : from.metrics
+  const values = ((await registry.getSingleMetric(name)?.get())?.values ?? []) as Array<{ metricName?: string, labels: Record<string, unknown>, value: number }>
+  const series = (suffix: string): number => values.find(v => v.metricName === `${name}_${suffix}` && Object.entries(labels).every(([k, l]) => String(v.labels[k]) === l))?.value ?? 0
+  return { count: series('count'), sum: series('sum') }
 }
 
 /** Waits until `check` holds, polling every `pollMs`; throws naming `what` after `timeoutMs`. */
