@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap'
 import pg from 'pg'
-import { testApp, AUTH, json } from './helpers/app.js'
+import { testApp, AUTH, json, until } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
 const db = await testDatabase(t)
@@ -104,8 +104,18 @@ t.test('an unreachable database is a 503 with Retry-After within a bounded time,
   const admin = new pg.Client({ connectionString: db.url })
   await admin.connect()
   t.teardown(async () => { await admin.end() })
-  await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [name])
-  await admin.query(`ALTER DATABASE ${name} RENAME TO ${name}_away`)
+  // pg_terminate_backend only signals: a backend may still be exiting, or the app's change feed may reconnect,
+  // when the rename looks (55006, "being accessed by other users"). So terminate and rename until it holds.
+  await until('the database is renamed away', async () => {
+    await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [name])
+    try {
+      await admin.query(`ALTER DATABASE ${name} RENAME TO ${name}_away`)
+      return true
+    } catch (err) {
+      if ((err as { code?: string }).code === '55006') return false
+      throw err
+    }
+  }, 10000, 20)
   for (const request of [
     { method: 'GET' as const, url: '/v1/categories', headers: AUTH },
     { method: 'POST' as const, url: '/v1/categories', ...json({ name: 'during' }) },
