@@ -92,7 +92,8 @@ function problemsWith (method: string, path: string, res: LightMyRequestResponse
 
 async function send (options: InjectOptions & { method: string, url: string }): Promise<LightMyRequestResponse> {
   const res = await app.inject(options)
-  const problems = problemsWith(options.method, options.url.split('?')[0] ?? '', res)
+  // The path the app was given: inject resolves the URL as a client would, so "/../docs" arrives as "/docs".
+  const problems = problemsWith(options.method, (res.raw.req.url ?? '').split('?')[0] ?? '', res)
   if (problems.length > 0) {
     throw new Error(`${options.method} ${options.url} -> ${res.statusCode} ${res.body.slice(0, 300)}\n  ${problems.join('\n  ')}`)
   }
