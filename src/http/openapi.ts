@@ -45,7 +45,7 @@ const OPERATION_ERROR_EXAMPLES: Record<string, Record<number, string | Array<{ s
     ]
   },
   getCategory: { 400: "'id' must be a decimal integer from 1 to 9223372036854775807", 404: 'no category with id 42' },
-  getPet: { 501: 'getPet is not implemented yet' },
+  getPet: { 400: 'the request URL is not valid', 501: 'getPet is not implemented yet' },
   listOrders: { 501: 'listOrders is not implemented yet' }
 }
 

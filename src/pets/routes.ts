@@ -14,7 +14,8 @@ export function registerPetRoutes (app: FastifyInstance, options: { sunset: stri
       tags: ['pets'],
       security: [{ bearer: [] }],
       params: Type.Object({ petId: Type.String({ description: 'Pet id (not interpreted yet)' }) }),
-      response: errorResponses(401, 429, 501)
+      // 400: a petId that is not valid percent-encoding, or longer than Fastify's 100 characters (error-handler.ts).
+      response: errorResponses(400, 401, 429, 501)
     }
   }, async (_request, reply) => {
     reply.header('deprecation', 'true')
