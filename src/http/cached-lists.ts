@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import { performance } from 'node:perf_hooks'
 import type { FastifyInstance, RouteOptions } from 'fastify'
 import { Counter, type Registry } from 'prom-client'
 import { rememberedKey, type AccessLimits } from './auth.js'
@@ -96,13 +97,15 @@ export function registerCachedListAnswers (app: FastifyInstance, options: Cached
     if (hit === undefined) return false
     const id = requestId(req)
     let status: number
+    // Headers as a flat [name, value, …] list: Node reads it by index, where an object's keys go through
+    // its megamorphic keyed loads (bench:perf). The same headers, in the same order, as Fastify's answer.
     if (ifNoneMatchHits(req.headers['if-none-match'], hit.etag)) {
       status = 304
-      res.writeHead(status, { 'cache-control': 'no-cache', etag: hit.etag, 'x-request-id': id })
+      res.writeHead(status, ['cache-control', 'no-cache', 'etag', hit.etag, 'x-request-id', id])
       res.end()
     } else {
       status = 200
-      res.writeHead(status, { 'cache-control': 'no-cache', etag: hit.etag, 'content-type': JSON_TYPE, 'x-request-id': id, 'content-length': hit.body.length })
+      res.writeHead(status, ['cache-control', 'no-cache', 'etag', hit.etag, 'content-type', JSON_TYPE, 'x-request-id', id, 'content-length', String(hit.body.length)])
       res.end(hit.body)
     }
     answered++

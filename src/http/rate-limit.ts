@@ -128,7 +128,8 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     reply.headers(rateLimitHeaders('per-key', state))
   }
 
-  const mayReadFailures = (): boolean => shared || Date.now() < failuresMayCountUntil
+  // Until the first failure, no clock read (a cached GET's answer asks this every time).
+  const mayReadFailures = (): boolean => shared || (failuresMayCountUntil !== 0 && Date.now() < failuresMayCountUntil)
   const mayRefuseVerified = (): boolean => perKey !== undefined || mayReadFailures()
 
   function verified (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
