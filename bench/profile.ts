@@ -14,7 +14,7 @@
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { analyse, perRequestTable, type CpuProfile } from './cpu-profile.js'
-import { AUTH, IN_MEMORY, ROOT, numberFromEnv, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer, type ServerKind } from './servers.js'
+import { AUTH, ROOT, numberFromEnv, profileRows, publishReport, runToExit, startLoadGenerator, startPostgres, startSeededServer, type ServerKind } from './servers.js'
 
 const settings = {
   durationS: numberFromEnv('PROFILE_DURATION', 10),
@@ -59,27 +59,18 @@ async function main (): Promise<void> {
   const load = await startLoadGenerator(log, 'wrk')
   const postgres = await startPostgres()
   const windows: Window[] = []
-  const rows = seedRows(100)
-  const rowsFile = path.join(postgres.workDir, 'rows-100.json')
-  await writeFile(rowsFile, JSON.stringify(rows))
+  const rows = await profileRows(postgres, 100)
   try {
     for (const kind of settings.servers) {
       const profileDir = path.join(settings.outDir, kind)
       await mkdir(profileDir, { recursive: true })
       for (const old of await readdir(profileDir)) if (old.endsWith('.cpuprofile')) await rm(path.join(profileDir, old))
-      const inMemory = IN_MEMORY.includes(kind)
-      const server = await startServer(kind, {
-        ...(inMemory ? { ceilingData: rowsFile } : { databaseUrl: await postgres.createDatabase(`profile_${kind}_${Date.now().toString(36)}`) }),
-        logLevel: 'info',
-        workDir: postgres.workDir,
+      const { server, etag } = await startSeededServer(kind, postgres, rows, {
+        databasePrefix: 'profile',
         label: `${kind}-profile`,
         nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-interval=${settings.intervalUs}`]
       })
       try {
-        if (!inMemory) await seedThroughApi(server.url, rows)
-        const first = await fetch(`${server.url}/v1/categories`, { headers: AUTH })
-        await first.arrayBuffer()
-        const etag = first.headers.get('etag') ?? '"none"'
         for (const [scenario, loadKind, headers] of [['get100', 'get', AUTH], ['etag', 'get', { ...AUTH, 'if-none-match': etag }], ['post', 'post', AUTH]] as const) {
           if (!settings.scenarios.includes(scenario)) continue
           let fromUs = 0
@@ -113,15 +104,7 @@ async function main (): Promise<void> {
       report.push(`## ${kind}, ${TITLES[w.scenario] ?? w.scenario}: ${Math.round(w.rps)} req/s under the profiler`, '', ...(w.note === undefined ? [] : [w.note, '']), perRequestTable(cut, w.requests), '')
     }
   }
-  await writeFile(path.join(settings.outDir, 'profile.md'), report.join('\n'))
-  process.stdout.write(report.join('\n') + '\n')
-  log(`wrote ${path.join(settings.outDir, 'profile.md')}`)
+  await publishReport(settings.outDir, 'profile.md', report, log)
 }
 
-try {
-  await main()
-  process.exit(0)
-} catch (err) {
-  console.error(err)
-  process.exit(1)
-}
+await runToExit(main)

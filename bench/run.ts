@@ -18,7 +18,7 @@ import { cpuSeconds, machineBusyCpuSeconds, postgresCpuSeconds, watchPeakRss } f
 import { buildSource, consoleSummary, markdownReport, ratiosSvg, type RunInfo } from './report.js'
 import { SCENARIOS, type Measurement, type Scenario } from './scenarios.js'
 import {
-  AUTH, IN_MEMORY, ROOT, bunVersion, ensurePeers, numberFromEnv, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer,
+  AUTH, IN_MEMORY, ROOT, bunVersion, ensurePeers, numberFromEnv, runToExit, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer,
   type LoadGenerator, type Postgres, type RunningServer, type ServerKind
 } from './servers.js'
 
@@ -246,11 +246,4 @@ async function main (): Promise<void> {
   log(`wrote ${path.join(settings.outDir, 'results.md')} and ratios.svg`)
 }
 
-// Explicit exit: the exit code is main()'s, whatever a failed run left open (servers, load generators, timers).
-try {
-  await main()
-  process.exit(0)
-} catch (err) {
-  console.error(err)
-  process.exit(1)
-}
+await runToExit(main)

@@ -6,7 +6,7 @@
 import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, statSync } from 'node:fs'
-import { chmod, mkdtemp, open, rm } from 'node:fs/promises'
+import { chmod, mkdtemp, open, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -306,4 +306,61 @@ export async function seedThroughApi (url: string, rows: SeedRow[], concurrency 
     }
   }
   await Promise.all(Array.from({ length: concurrency }, worker))
+}
+
+/** The rows the profilers serve: for the in-memory servers in a file (CEILING_DATA), for the others through their API. */
+export interface ProfileRows { list: SeedRow[], file: string }
+
+export async function profileRows (postgres: Postgres, count: number): Promise<ProfileRows> {
+  const list = seedRows(count)
+  const file = path.join(postgres.workDir, `rows-${count}.json`)
+  await writeFile(file, JSON.stringify(list))
+  return { list, file }
+}
+
+/**
+ * A server for the profilers (profile.ts, perf-profile.ts): started with the rows,
+ * from their file or seeded through its API into a fresh database named
+ * `<databasePrefix>_<kind>_…`; and its list's ETag, for the If-None-Match
+ * scenario. A server that fails to seed is stopped.
+ */
+export async function startSeededServer (kind: ServerKind, postgres: Postgres, rows: ProfileRows, options: { databasePrefix: string, label: string, nodeArgs: string[] }): Promise<{ server: RunningServer, etag: string }> {
+  const inMemory = IN_MEMORY.includes(kind)
+  const server = await startServer(kind, {
+    ...(inMemory ? { ceilingData: rows.file } : { databaseUrl: await postgres.createDatabase(`${options.databasePrefix}_${kind}_${Date.now().toString(36)}`) }),
+    logLevel: 'info',
+    workDir: postgres.workDir,
+    label: options.label,
+    nodeArgs: options.nodeArgs
+  })
+  try {
+    if (!inMemory) await seedThroughApi(server.url, rows.list)
+    const first = await fetch(`${server.url}/v1/categories`, { headers: AUTH })
+    await first.arrayBuffer()
+    return { server, etag: first.headers.get('etag') ?? '"none"' }
+  } catch (err) {
+    await server.stop()
+    throw err
+  }
+}
+
+/** A profiler's report: written to outDir/file and printed, and where it went logged. */
+export async function publishReport (outDir: string, file: string, lines: string[], log: (message: string) => void): Promise<void> {
+  await writeFile(path.join(outDir, file), lines.join('\n'))
+  process.stdout.write(lines.join('\n') + '\n')
+  log(`wrote ${path.join(outDir, file)}`)
+}
+
+/**
+ * Runs a bench script's main and exits with its code (0 when it returns none),
+ * or with `crashCode` when it throws: an explicit exit, whatever the run left
+ * open (servers, load generators, timers).
+ */
+export async function runToExit (main: () => Promise<number | void>, crashCode = 1): Promise<never> {
+  try {
+    process.exit((await main()) ?? 0)
+  } catch (err) {
+    console.error(err)
+    process.exit(crashCode)
+  }
 }

@@ -13,7 +13,7 @@
  */
 import { execFileSync } from 'node:child_process'
 import { rssBytes, watchPeakRss } from './proc-stats.js'
-import { AUTH, ROOT, numberFromEnv, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer } from './servers.js'
+import { AUTH, ROOT, numberFromEnv, runToExit, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer } from './servers.js'
 
 const settings = {
   durationS: numberFromEnv('SOAK_DURATION', 600),
@@ -110,10 +110,5 @@ async function main (): Promise<number> {
   }
 }
 
-// Explicit exit: the exit code is main()'s verdict (a FAIL is 1), whatever the run left open (servers, load generators, timers).
-try {
-  process.exit(await main())
-} catch (err) {
-  console.error(err)
-  process.exit(2)
-}
+// The exit code is main()'s verdict (a FAIL is 1); a crash is 2.
+await runToExit(main, 2)
