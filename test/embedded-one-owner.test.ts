@@ -1,8 +1,9 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { existsSync } from 'node:fs'
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { isAlive, lockDataDir } from '../src/db/data-dir-lock.js'
 import { freePort } from './helpers/ports.js'
 import { startServer, type ServerProcess } from './helpers/server-process.js'
@@ -80,6 +81,67 @@ t.test('a postgres left by a SIGKILLed start is an orphan: the next start stops 
   t.same((list.body as Array<{ name: string }>).map(c => c.name), ['kept'], 'the data is intact')
   second.child.kill('SIGTERM')
   t.equal(await second.exited, 0)
+})
+
+/** The pids of initdb processes building a cluster under `dir` (Linux /proc). */
+async function initdbsUnder (dir: string): Promise<number[]> {
+  const pids = []
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    const args = (await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '')).split('\0')
+    if (path.basename(args[0] ?? '') === 'initdb' && args.some(a => a.startsWith(`--pgdata=${dir}/`))) pids.push(Number(entry))
+  }
+  return pids
+}
+
+/**
+ * A start SIGKILLed as soon as initdb's bootstrap writes the cluster, so that initdb,
+ * orphaned, has seconds of work left; then the next start on the same directory.
+ * With `collide`, the orphan is paused until the next start's own initdb runs, so
+ * that the two overlap every time (free-running, they overlapped in about half the rounds).
+ */
+async function startAfterOrphanedInitdb (t: Test, dir: string, collide: boolean): Promise<{ second: ServerProcess, orphans: number[] }> {
+  const first = await startServer(t, { DATA_DIR: dir }, { listening: false })
+  const bootstrapping = async (): Promise<boolean> => (await readdir(dir)).some(name => name.startsWith('postgres.initdb') && existsSync(path.join(dir, name, 'base')))
+  for (let i = 0; i < 3000 && !await bootstrapping(); i++) await sleep(5)
+  first.child.kill('SIGKILL')
+  await first.exited
+  const orphans = await initdbsUnder(dir)
+  t.teardown(() => { for (const pid of orphans) if (isAlive(pid)) process.kill(pid, 'SIGKILL') })
+  t.ok(orphans.length > 0, 'initdb outlived the start killed mid-bootstrap')
+  if (collide) for (const pid of orphans) process.kill(pid, 'SIGSTOP')
+  const second = await startServer(t, { DATA_DIR: dir }, { listening: false })
+  if (collide) {
+    let running = false
+    for (let i = 0; i < 1200 && !running; i++) {
+      running = (await initdbsUnder(dir)).some(pid => !orphans.includes(pid))
+      if (!running) await sleep(10)
+    }
+    t.ok(running, 'the next start\'s initdb ran while the orphan was paused')
+    for (const pid of orphans) process.kill(pid, 'SIGCONT')
+  }
+  return { second, orphans }
+}
+
+t.test('an initdb left running by a SIGKILLed start cannot spoil the next start\'s cluster', async t => {
+  // Free-running rounds exercise the other overlap: the orphan still writing while the next start removes its directory.
+  for (const [round, collide] of [[1, true], [2, false], [3, false]] as const) {
+    const dir = await dataDir()
+    const { second, orphans } = await startAfterOrphanedInitdb(t, dir, collide)
+    t.ok(await second.waitFor('Server listening', 60000), `round ${round}: the next start serves: ${second.output().split('\n').filter(line => line.startsWith('petstore:')).join(' / ')}`)
+    const key = await keyOf(dir)
+    t.equal((await request(second, key, 'POST', { name: 'kept' })).status, 201, `round ${round}: and writes`)
+    second.child.kill('SIGTERM')
+    t.equal(await second.exited, 0)
+
+    // Once the orphan is gone, a start clears what it left beside the cluster.
+    for (let i = 0; i < 600 && orphans.some(isAlive); i++) await sleep(50)
+    const third = await startServer(t, { DATA_DIR: dir })
+    t.same((await request(third, key)).body, [{ id: 1, name: 'kept' }], `round ${round}: the cluster is intact`)
+    t.same((await readdir(dir)).filter(name => name.startsWith('postgres.initdb')), [], `round ${round}: no initdb directory is left`)
+    third.child.kill('SIGTERM')
+    t.equal(await third.exited, 0)
+  }
 })
 
 t.test('a postgres that no petstore lock names is not ours to stop: the start refuses, naming its pid', async t => {

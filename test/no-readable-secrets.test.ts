@@ -57,9 +57,10 @@ t.test('a start SIGKILLed while initdb runs leaves no readable secret, and the n
   const data = await scratch('petstore-secrets-')
   const env = { DATA_DIR: data, TMPDIR: tmp }
   const killed = await startServer(t, env, { listening: false })
-  // Kill it while initdb runs, its password file written (the cluster's directory, or before this change ./postgres, exists).
+  // Kill it while initdb runs, its password file written (initdb's own directory beside the cluster, or ./postgres, exists).
   for (let i = 0; i < 600; i++) {
-    if (existsSync(path.join(await clusterParent(data), 'postgres.initdb')) || existsSync(path.join(data, 'postgres'))) break
+    const parent = await clusterParent(data)
+    if ((await readdir(parent).catch(() => [])).some(name => name.startsWith('postgres.initdb-')) || existsSync(path.join(data, 'postgres'))) break
     await sleep(50)
   }
   killed.child.kill('SIGKILL')

@@ -1,7 +1,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
-import { createHash } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
-import { chmod, chown, cp, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { chmod, chown, cp, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { createRequire } from 'node:module'
 import { createServer } from 'node:net'
 import { arch, platform } from 'node:os'
@@ -189,13 +189,15 @@ function reason (lines: string[]): string {
 
 /**
  * initdb into a sibling directory renamed into place once complete: a start killed
- * half-way leaves no half cluster. The password file initdb reads is 0600, owned by
- * the user that runs initdb, beside the cluster (never in /tmp), and removed after.
+ * half-way leaves no half cluster. Each start builds in a directory of its own: the
+ * initdb of a start killed with SIGKILL runs on, orphaned, and once it finds its
+ * parent gone it deletes what is in its directory, which must never be ours. The
+ * password file initdb reads is 0600, owned by the user that runs initdb, beside the
+ * cluster (never in /tmp), and removed after.
  */
 async function initialise (clusterDir: string, initdb: string, password: string, user: RunAs | undefined, log: (message: string) => void): Promise<void> {
-  const staging = `${clusterDir}.initdb`
+  const staging = `${clusterDir}${STAGING_SUFFIX}-${randomBytes(6).toString('hex')}`
   const passwordFile = path.join(path.dirname(clusterDir), '.postgres-initdb-password')
-  await rm(staging, { recursive: true, force: true })
   await rm(passwordFile, { force: true })
   await writeFile(passwordFile, password + '\n', { mode: 0o600, flag: 'wx' })
   try {
@@ -209,6 +211,23 @@ async function initialise (clusterDir: string, initdb: string, password: string,
     await rm(passwordFile, { force: true })
   }
   await rename(staging, clusterDir)
+}
+
+const STAGING_SUFFIX = '.initdb'
+
+/**
+ * Removes what earlier starts' initdb left beside the cluster (`<cluster>.initdb`
+ * before each start had its own, `<cluster>.initdb-<random>` since). One that an
+ * orphaned initdb is still writing may not go: it is left for a later start, and
+ * cannot harm this one.
+ */
+async function removeStaleStaging (clusterDir: string, log: (message: string) => void): Promise<void> {
+  const prefix = path.basename(clusterDir) + STAGING_SUFFIX
+  for (const name of await readdir(path.dirname(clusterDir))) {
+    if (name !== prefix && !name.startsWith(`${prefix}-`)) continue
+    await rm(path.join(path.dirname(clusterDir), name), { recursive: true, force: true, maxRetries: 3 })
+      .catch((err: Error) => { log(`left ${name} beside the cluster for a later start: ${err.message}`) })
+  }
 }
 
 async function postmasterPid (clusterDir: string): Promise<number | undefined> {
@@ -286,6 +305,7 @@ export async function startEmbeddedPostgres ({ dir, port: fixedPort, log = () =>
     const nativeDir = await reachableBinaries(binaries, user)
     const { clusterDir, external } = await clusterDirectory(root, user)
     await mkdir(path.dirname(clusterDir), { recursive: true })
+    await removeStaleStaging(clusterDir, log)
     if (!existsSync(path.join(clusterDir, 'PG_VERSION'))) await initialise(clusterDir, path.join(nativeDir, 'bin', 'initdb'), password, user, log)
     await stopOrphan(clusterDir, lock, log)
 
