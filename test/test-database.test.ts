@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import pg from 'pg'
 import t from 'tap'
-import { testDatabase } from './helpers/database.js'
+import { SERVER_URL_VARIABLE, testDatabase } from './helpers/database.js'
 import { CONTAINER_LABEL, DEFAULT_POSTGRES_IMAGE, decideSource, startPostgresContainer, type RuntimeProbe } from './helpers/postgres-server.js'
 
 /*
@@ -12,6 +12,9 @@ const runtimeDescription = 'a container runtime answers at /var/run/docker.sock'
 const answers = async (): Promise<RuntimeProbe> => ({ answers: true, description: runtimeDescription })
 const none = async (): Promise<RuntimeProbe> => ({ answers: false, error: 'connect ENOENT /var/run/docker.sock' })
 const unasked = async (): Promise<RuntimeProbe> => { throw new Error('the container runtime was probed although the environment had decided') }
+
+// Before the first subtest: a subtest that finishes while the file still awaits ends the file's test (see below).
+const db = await testDatabase(t)
 
 t.test('the source is what the user asked for, else testcontainers when a runtime answers, else embedded; always with the reason', async t => {
   t.match(await decideSource({ DATABASE_URL: 'postgres://u:p@db.example/x' }, unasked), { source: 'DATABASE_URL', reason: 'DATABASE_URL is set', target: 'postgres://u:p@db.example/x' })
@@ -32,7 +35,29 @@ t.test('the default image is the one docker-compose.yml runs, so the tests run w
   t.match(compose, new RegExp(`^\\s+image: ${DEFAULT_POSTGRES_IMAGE}$`, 'm'))
 })
 
-const db = await testDatabase(t)
+t.test('a database asked for after the test ended is an error, and none is left behind', async t => {
+  // A file whose first subtest ends while it awaits testDatabase(t) at the top level has ended: tap runs its
+  // teardown at once, and every later subtest is dropped with no failure ("cannot create subtest after parent
+  // test ends"). This file did that, which left its two later tests unrun and its database on the server.
+  const ended = { teardown: (fn: () => Promise<void> | void) => { fn()?.catch(err => { t.error(err) }) }, comment: () => {} }
+  // On this file's server, as under npm test, where a database left behind stays until someone drops it.
+  const shared = process.env[SERVER_URL_VARIABLE]
+  process.env[SERVER_URL_VARIABLE] = Object.assign(new URL(db.url), { pathname: '/postgres' }).toString()
+  t.teardown(() => { if (shared === undefined) delete process.env[SERVER_URL_VARIABLE]; else process.env[SERVER_URL_VARIABLE] = shared })
+  const before = await databaseNames()
+  await t.rejects(testDatabase(ended), /the test ended before its database was ready: await testDatabase\(t\) before the file's first subtest/)
+  t.same(await databaseNames(), before, 'no database is left')
+})
+
+async function databaseNames (): Promise<string[]> {
+  const client = new pg.Client({ connectionString: db.url })
+  await client.connect()
+  try {
+    return (await client.query<{ datname: string }>("SELECT datname FROM pg_database WHERE datname LIKE 'petstore_test_%' ORDER BY 1")).rows.map(r => r.datname)
+  } finally {
+    await client.end()
+  }
+}
 
 t.test('this file\'s database is on the server the run announced', async t => {
   const client = new pg.Client({ connectionString: db.url })

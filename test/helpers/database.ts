@@ -52,6 +52,14 @@ export async function testDatabase (t: Teardown): Promise<TestDatabase> {
   const createDatabase = async (): Promise<string> => {
     const name = `petstore_test_${randomBytes(6).toString('hex')}`
     await onServer(server.url, [`CREATE DATABASE ${name}`])
+    if (closed) {
+      // The teardown has run: nothing would drop it. A file that awaits testDatabase(t) after starting a
+      // subtest can end before it resolves, and tap then drops its later subtests without a failure.
+      const error = new Error(`${name}: the test ended before its database was ready: await testDatabase(t) before the file's first subtest`)
+      // On a server of this file's own, the teardown stops it, and the database goes with it.
+      await onServer(server.url, [`DROP DATABASE ${name}`]).catch((err: Error) => { error.message += ` (and dropping it failed: ${err.message})` })
+      throw error
+    }
     created.push(name)
     return withDatabase(server.url, name)
   }
