@@ -19,6 +19,8 @@ const serviceDir = process.env.TOPOLOGY_SERVICE_DIR ?? fileURLToPath(new URL('..
 export interface Instance {
   name: string
   url: string
+  /** Its metrics listener, with `metrics: true`. */
+  metricsUrl: string | undefined
   child: ChildProcess
   logFile: string
   /** Set when the process ended; `early` when that was before `stop()` (a failure). */
@@ -32,6 +34,8 @@ export interface Instances {
   exited: () => Instance[]
   /** The last lines of an instance's log (for a failure report). */
   logTail: (instance: Instance, lines?: number) => string
+  /** An instance's whole log. */
+  log: (instance: Instance) => string
   /** SIGTERM to each, then its exit code (0 is a clean shutdown). */
   stop: () => Promise<Array<{ name: string, code: number | null, signal: string | null }>>
 }
@@ -44,6 +48,14 @@ export interface InstanceOptions {
   apiKey: string
   /** More environment for every instance (overrides the defaults). */
   env?: Record<string, string>
+  /** Names are `<label> <n> (:<port>)` (default "instance"). */
+  label?: string
+  /** Metrics on, each on a port of its own (default off). */
+  metrics?: boolean
+  /** Wait until every instance is ready before returning (default true); else wait with `waitReady`. */
+  waitReady?: boolean
+  /** Start each once the one before is ready, not all at once (default false). */
+  oneByOne?: boolean
 }
 
 /** The node flags `npm start` runs the service with (package.json: "node <flags> dist/server.js"). */
@@ -52,8 +64,9 @@ function startFlags (): string[] {
   return scripts.start.trim().split(/\s+/).slice(1, -1)
 }
 
-async function waitReady (instance: Instance): Promise<void> {
-  const deadline = Date.now() + 60_000
+/** Resolves once the instance's /health/ready answers 200; rejects, with its log, when it exits first or after `timeoutMs`. */
+export async function waitReady (instance: Instance, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
     if (instance.exit !== undefined) throw new Error(`${instance.name} exited while starting:\n${readFileSync(instance.logFile, 'utf8').slice(-2000)}`)
     try {
@@ -61,7 +74,7 @@ async function waitReady (instance: Instance): Promise<void> {
     } catch {}
     await sleep(100)
   }
-  throw new Error(`${instance.name} not ready after 60 s`)
+  throw new Error(`${instance.name} not ready after ${timeoutMs / 1000} s:\n${readFileSync(instance.logFile, 'utf8').slice(-2000)}`)
 }
 
 export async function startInstances (t: Teardown, options: InstanceOptions): Promise<Instances> {
@@ -71,6 +84,7 @@ export async function startInstances (t: Teardown, options: InstanceOptions): Pr
   let stopping = false
   for (let i = 1; i <= options.count; i++) {
     const port = await nextPort()
+    const metricsPort = options.metrics === true ? await nextPort() : 0
     const logFile = path.join(logDir, `instance-${i}.log`)
     const out = openSync(logFile, 'a')
     const child = spawn(process.execPath, [...flags, 'dist/server.js'], {
@@ -81,7 +95,8 @@ export async function startInstances (t: Teardown, options: InstanceOptions): Pr
         NODE_ENV: 'production',
         HOST: '127.0.0.1',
         PORT: String(port),
-        METRICS_PORT: '0',
+        METRICS_HOST: '127.0.0.1',
+        METRICS_PORT: String(metricsPort),
         DATABASE_URL: options.databaseUrl,
         API_KEYS: options.apiKey,
         LOG_LEVEL: 'warn',
@@ -90,19 +105,28 @@ export async function startInstances (t: Teardown, options: InstanceOptions): Pr
       }
     })
     closeSync(out)
-    const instance: Instance = { name: `instance ${i} (:${port})`, url: `http://127.0.0.1:${port}`, child, logFile, exit: undefined }
+    const instance: Instance = {
+      name: `${options.label ?? 'instance'} ${i} (:${port})`,
+      url: `http://127.0.0.1:${port}`,
+      metricsUrl: metricsPort === 0 ? undefined : `http://127.0.0.1:${metricsPort}/metrics`,
+      child,
+      logFile,
+      exit: undefined
+    }
     child.once('exit', (code, signal) => { instance.exit = { code, signal, early: !stopping } })
     list.push(instance)
+    if (options.oneByOne === true) await waitReady(instance)
   }
   // Whatever happens to the test, no instance outlives it.
   t.teardown(() => { for (const { child } of list) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
-  await Promise.all(list.map(waitReady))
+  if (options.waitReady !== false) await Promise.all(list.map(async instance => { await waitReady(instance) }))
 
   return {
     list,
     urls: list.map(i => i.url),
     exited: () => list.filter(i => i.exit?.early === true),
     logTail: (instance, lines = 20) => readFileSync(instance.logFile, 'utf8').trimEnd().split('\n').slice(-lines).join('\n'),
+    log: instance => readFileSync(instance.logFile, 'utf8'),
     stop: async () => {
       stopping = true
       return await Promise.all(list.map(async instance => {
