@@ -82,6 +82,8 @@ export async function startInstances (t: Teardown, options: InstanceOptions): Pr
   const flags = startFlags()
   const list: Instance[] = []
   let stopping = false
+  // Whatever happens to the test (an instance that fails to start included), no instance outlives it.
+  t.teardown(() => { for (const { child } of list) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
   for (let i = 1; i <= options.count; i++) {
     const port = await nextPort()
     const metricsPort = options.metrics === true ? await nextPort() : 0
@@ -117,8 +119,6 @@ export async function startInstances (t: Teardown, options: InstanceOptions): Pr
     list.push(instance)
     if (options.oneByOne === true) await waitReady(instance)
   }
-  // Whatever happens to the test, no instance outlives it.
-  t.teardown(() => { for (const { child } of list) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
   if (options.waitReady !== false) await Promise.all(list.map(async instance => { await waitReady(instance) }))
 
   return {
