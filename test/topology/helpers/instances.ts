@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { closeSync, mkdtempSync, openSync, readFileSync } from 'node:fs'
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -40,7 +40,7 @@ export interface Instances {
   stop: () => Promise<Array<{ name: string, code: number | null, signal: string | null }>>
 }
 
-interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
+interface Teardown { teardown: (fn: () => Promise<void> | void) => void, passing: () => boolean, comment: (...message: unknown[]) => void }
 
 export interface InstanceOptions {
   count: number
@@ -82,8 +82,13 @@ export async function startInstances (t: Teardown, options: InstanceOptions): Pr
   const flags = startFlags()
   const list: Instance[] = []
   let stopping = false
-  // Whatever happens to the test (an instance that fails to start included), no instance outlives it.
-  t.teardown(() => { for (const { child } of list) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
+  t.teardown(() => {
+    // Whatever happens to the test (an instance that fails to start included), no instance outlives it.
+    for (const { child } of list) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+    // Their logs are kept only for a test that failed: its messages quote just their last lines.
+    if (t.passing()) rmSync(logDir, { recursive: true, force: true })
+    else t.comment(`the instances' logs are kept in ${logDir}`)
+  })
   for (let i = 1; i <= options.count; i++) {
     const port = await nextPort()
     const metricsPort = options.metrics === true ? await nextPort() : 0
