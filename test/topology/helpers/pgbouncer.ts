@@ -5,7 +5,7 @@ import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { freePort } from '../../helpers/ports.js'
+import { nextPort } from './ports.js'
 
 /*
  * A real PgBouncer (Debian's package, installed when missing) in front of a
@@ -78,7 +78,7 @@ export async function startPgBouncer (t: Teardown, serverUrl: string, mode: Pool
   const user = decodeURIComponent(server.username) || 'postgres'
   // Without a password (a trusting server) PgBouncer still checks the client's: any will do.
   const password = decodeURIComponent(server.password) || 'pgbouncer-test'
-  const port = await freePort()
+  const port = await nextPort()
   const dir = await mkdtemp(path.join(tmpdir(), 'petstore-pgbouncer-'))
   const quote = (s: string): string => `"${s.replace(/"/g, '""')}"`
   const files = {

@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import net from 'node:net'
 import { freePort } from '../../helpers/ports.js'
 
@@ -6,8 +7,8 @@ import { freePort } from '../../helpers/ports.js'
  * Ports for clusters, proxies and instances. With TOPOLOGY_PORTS=FROM-TO
  * (a range the machine's owner gave this run) ports come from that range,
  * skipping any in use or claimed by an existing PostgreSQL cluster (a stopped
- * one does not listen but owns its port); without it, free ports from the
- * system. Test files run one at a time (see scripts/test-topology.sh).
+ * one does not listen but owns its port); without it, ports below the kernel's
+ * ephemeral range (belowEphemeral). Test files run one at a time (see scripts/test-topology.sh).
  */
 
 const handedOut = new Set<number>()
@@ -30,12 +31,41 @@ function clusterPorts (): Set<number> {
   }
 }
 
+/**
+ * Without TOPOLOGY_PORTS, ports below the kernel's ephemeral range (Linux: 20768-32767
+ * with its default 32768-60999). A port from that range, which is what listen(0) hands
+ * out, can be taken between the moment it is handed out and the moment an instance binds
+ * it, as the local port of any outgoing connection (the load's, PgBouncer's, a cluster's
+ * replication): the instance then exits with "PORT … is already in use". Elsewhere, or
+ * with a range too low to leave room, free ports from the system.
+ */
+function belowEphemeral (): [number, number] | undefined {
+  let first: number
+  try {
+    first = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0])
+  } catch {
+    return undefined
+  }
+  return Number.isInteger(first) && first > 13024 ? [first - 12000, first - 1] : undefined
+}
+
 export async function nextPort (): Promise<number> {
   const range = process.env.TOPOLOGY_PORTS
   if (range === undefined || range === '') {
-    const port = await freePort()
-    handedOut.add(port)
-    return port
+    const below = belowEphemeral()
+    if (below === undefined) {
+      const port = await freePort()
+      handedOut.add(port)
+      return port
+    }
+    const claimed = clusterPorts()
+    for (let attempt = 0; attempt < 500; attempt++) {
+      const port = below[0] + Math.floor(Math.random() * (below[1] - below[0] + 1))
+      if (handedOut.has(port) || claimed.has(port) || await inUse(port)) continue
+      handedOut.add(port)
+      return port
+    }
+    throw new Error(`no free port found in ${below[0]}-${below[1]}; set TOPOLOGY_PORTS`)
   }
   const match = /^(\d+)-(\d+)$/.exec(range)
   if (match === null) throw new Error(`TOPOLOGY_PORTS must look like 6400-6449, not ${range}`)
