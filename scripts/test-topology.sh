@@ -6,7 +6,7 @@
 # Needs root; installs Debian's PostgreSQL packages when they are missing.
 #
 # Environment (optional):
-#   TOPOLOGY_PORTS=6400-6449   ports for clusters, proxies and instances (default: free ports)
+#   TOPOLOGY_PORTS=6400-6449   ports for clusters, proxies and instances (default: free ports below the ephemeral range)
 #   TOPOLOGY_LOAD_MS=15000     how long backends are terminated under load
 #   SKIP_BUILD=1               use the existing dist/
 #   TOPOLOGY_SERVICE_DIR=DIR   run another checkout's build (to watch the tests fail on old code)
