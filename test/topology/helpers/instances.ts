@@ -64,17 +64,19 @@ function startFlags (): string[] {
   return scripts.start.trim().split(/\s+/).slice(1, -1)
 }
 
+const logOf = (instance: Instance): string => readFileSync(instance.logFile, 'utf8')
+
 /** Resolves once the instance's /health/ready answers 200; rejects, with its log, when it exits first or after `timeoutMs`. */
 export async function waitReady (instance: Instance, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
-    if (instance.exit !== undefined) throw new Error(`${instance.name} exited while starting:\n${readFileSync(instance.logFile, 'utf8').slice(-2000)}`)
+    if (instance.exit !== undefined) throw new Error(`${instance.name} exited while starting:\n${logOf(instance).slice(-2000)}`)
     try {
       if ((await fetch(`${instance.url}/health/ready`, { signal: AbortSignal.timeout(2000) })).status === 200) return
     } catch {}
     await sleep(100)
   }
-  throw new Error(`${instance.name} not ready after ${timeoutMs / 1000} s:\n${readFileSync(instance.logFile, 'utf8').slice(-2000)}`)
+  throw new Error(`${instance.name} not ready after ${timeoutMs / 1000} s:\n${logOf(instance).slice(-2000)}`)
 }
 
 export async function startInstances (t: Teardown, options: InstanceOptions): Promise<Instances> {
@@ -130,8 +132,8 @@ export async function startInstances (t: Teardown, options: InstanceOptions): Pr
     list,
     urls: list.map(i => i.url),
     exited: () => list.filter(i => i.exit?.early === true),
-    logTail: (instance, lines = 20) => readFileSync(instance.logFile, 'utf8').trimEnd().split('\n').slice(-lines).join('\n'),
-    log: instance => readFileSync(instance.logFile, 'utf8'),
+    logTail: (instance, lines = 20) => logOf(instance).trimEnd().split('\n').slice(-lines).join('\n'),
+    log: logOf,
     stop: async () => {
       stopping = true
       return await Promise.all(list.map(async instance => {

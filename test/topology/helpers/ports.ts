@@ -49,6 +49,25 @@ function belowEphemeral (): [number, number] | undefined {
   return Number.isInteger(first) && first > 13024 ? [first - 12000, first - 1] : undefined
 }
 
+/** The first of `candidates` that is not handed out, not a cluster's, and free now; handed out. */
+async function claimFirst (candidates: Iterable<number>): Promise<number | undefined> {
+  const claimed = clusterPorts()
+  for (const port of candidates) {
+    if (handedOut.has(port) || claimed.has(port) || await inUse(port)) continue
+    handedOut.add(port)
+    return port
+  }
+  return undefined
+}
+
+function * randomIn (from: number, to: number, count: number): Generator<number> {
+  for (let i = 0; i < count; i++) yield from + Math.floor(Math.random() * (to - from + 1))
+}
+
+function * inOrder (from: number, to: number): Generator<number> {
+  for (let port = from; port <= to; port++) yield port
+}
+
 export async function nextPort (): Promise<number> {
   const range = process.env.TOPOLOGY_PORTS
   if (range === undefined || range === '') {
@@ -58,22 +77,13 @@ export async function nextPort (): Promise<number> {
       handedOut.add(port)
       return port
     }
-    const claimed = clusterPorts()
-    for (let attempt = 0; attempt < 500; attempt++) {
-      const port = below[0] + Math.floor(Math.random() * (below[1] - below[0] + 1))
-      if (handedOut.has(port) || claimed.has(port) || await inUse(port)) continue
-      handedOut.add(port)
-      return port
-    }
-    throw new Error(`no free port found in ${below[0]}-${below[1]}; set TOPOLOGY_PORTS`)
+    const port = await claimFirst(randomIn(below[0], below[1], 500))
+    if (port === undefined) throw new Error(`no free port found in ${below[0]}-${below[1]}; set TOPOLOGY_PORTS`)
+    return port
   }
   const match = /^(\d+)-(\d+)$/.exec(range)
   if (match === null) throw new Error(`TOPOLOGY_PORTS must look like 6400-6449, not ${range}`)
-  const claimed = clusterPorts()
-  for (let port = Number(match[1]); port <= Number(match[2]); port++) {
-    if (handedOut.has(port) || claimed.has(port) || await inUse(port)) continue
-    handedOut.add(port)
-    return port
-  }
-  throw new Error(`no free port left in TOPOLOGY_PORTS=${range}`)
+  const port = await claimFirst(inOrder(Number(match[1]), Number(match[2])))
+  if (port === undefined) throw new Error(`no free port left in TOPOLOGY_PORTS=${range}`)
+  return port
 }
