@@ -19,7 +19,6 @@ const EnvSchema = Type.Object({
   DB_POOL_MAX: Type.Integer({ minimum: 1, maximum: 1000, default: 10 }),
   DB_CONNECTION_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 60000, default: 2000 }),
   DB_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 5000 }),
-  DB_PREPARED_STATEMENTS: Type.Boolean({ default: false }),
   BODY_LIMIT_BYTES: Type.Integer({ minimum: 1, maximum: 104857600, default: 65536 }),
   REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 30000 }),
   KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 72000 }),
@@ -57,8 +56,8 @@ export interface Config {
   petsSunset: string | undefined
   trustProxy: boolean | string
   dataDir: string
-  /** preparedStatements: only where every connection keeps its session (direct, session pooling): see db/pool-client.ts. */
-  db: { poolMax: number, connectionTimeoutMs: number, statementTimeoutMs: number, maxWaiting: number, preparedStatements: boolean }
+  /** statementTimeoutMs: made the role's statement_timeout at start (db/migrate.ts). */
+  db: { poolMax: number, connectionTimeoutMs: number, statementTimeoutMs: number, maxWaiting: number }
   bodyLimitBytes: number
   requestTimeoutMs: number
   keepAliveTimeoutMs: number
@@ -191,8 +190,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): Config {
       poolMax: env.DB_POOL_MAX,
       connectionTimeoutMs: env.DB_CONNECTION_TIMEOUT_MS,
       statementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS,
-      maxWaiting: env.DB_POOL_MAX_WAITING,
-      preparedStatements: env.DB_PREPARED_STATEMENTS
+      maxWaiting: env.DB_POOL_MAX_WAITING
     },
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     requestTimeoutMs: env.REQUEST_TIMEOUT_MS,

@@ -6,7 +6,7 @@ import { buildApp } from './app.js'
 import { loadConfig, sha256, type Config } from './config.js'
 import { lockDataDir } from './db/data-dir-lock.js'
 import { startEmbeddedPostgres } from './db/embedded.js'
-import { runMigrations } from './db/migrate.js'
+import { checkStatementTimeout, runMigrations } from './db/migrate.js'
 import { readOrCreateSecret } from './dev-secrets.js'
 import { startMetricsServer } from './http/metrics.js'
 import { checkDatabase, checkPortFree, describeBuildError, describeListenError } from './startup-checks.js'
@@ -57,9 +57,10 @@ async function start (config: Config, started: Started): Promise<void> {
     warn: (msg) => { console.warn(`petstore: ${msg}`) },
     // A failed migration is thrown, and the start reports it in one line; the runner's own account is a detail.
     error: (msg) => { if (debug) console.error(`petstore: ${msg}`) }
-  }).catch((err: unknown) => { throw describeBuildError(err, url) })
+  }, { statementTimeoutMs: config.db.statementTimeoutMs }).catch((err: unknown) => { throw describeBuildError(err, url) })
   const app = await buildApp({ ...config, databaseUrl: url }).catch((err: unknown) => { throw describeBuildError(err, url) })
   undo.push(async () => { await app.close() })
+  await checkStatementTimeout(app.db, config.db.statementTimeoutMs, app.log)
   const metrics = await startMetricsServer(app.metrics, config.metrics)
     .catch((err: unknown) => { throw describeListenError(err, 'METRICS_PORT', config.metrics.host, config.metrics.port) })
   undo.push(async () => { metrics?.close() })

@@ -7,7 +7,6 @@ t.test('defaults outside production', async t => {
   t.equal(config.production, false)
   t.equal(config.databaseUrl, undefined, 'no DATABASE_URL: the embedded database is used')
   t.equal(config.databaseDirectUrl, undefined)
-  t.equal(config.db.preparedStatements, false, 'unnamed statements: they work through every pooler')
   t.equal(config.port, 3000)
   t.equal(config.host, '127.0.0.1')
   t.equal(config.logLevel, 'info')
@@ -41,7 +40,6 @@ t.test('bad values stop the start with a message naming the variable', async t =
     [{ DATABASE_URL: 'postgres://pooler/x', DATABASE_DIRECT_URL: 'db:5432/x' }, /DATABASE_DIRECT_URL/],
     [{ DATABASE_DIRECT_URL: 'postgres://db/x' }, /DATABASE_DIRECT_URL is set without DATABASE_URL/],
     [{ DB_POOL_MAX: '0' }, /DB_POOL_MAX/],
-    [{ DB_PREPARED_STATEMENTS: 'yes' }, /DB_PREPARED_STATEMENTS/],
     [{ BODY_LIMIT_BYTES: '-1' }, /BODY_LIMIT_BYTES/],
     [{ NODE_ENV: 'production' }, /DATABASE_URL and API_KEYS or API_KEY_SHA256/],
     [{ NODE_ENV: 'production', DATABASE_URL: 'postgres://db/x' }, /requires API_KEYS or API_KEY_SHA256/],
@@ -78,7 +76,6 @@ t.test('production defaults', async t => {
   t.equal(config.trustProxy, true)
   t.equal(loadConfig({ TRUST_PROXY: '10.0.0.0/8' }).trustProxy, '10.0.0.0/8')
   t.equal(loadConfig({ DATABASE_URL: 'postgres://pooler/x', DATABASE_DIRECT_URL: 'postgres://db/x' }).databaseDirectUrl, 'postgres://db/x')
-  t.equal(loadConfig({ DB_PREPARED_STATEMENTS: 'true' }).db.preparedStatements, true)
 })
 
 t.test('REDIS_URL: optional, checked, and never quoted in an error (it may hold a password)', async t => {

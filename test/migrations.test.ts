@@ -1,3 +1,4 @@
+import { PG_MIGRATE_LOCK_ID } from 'node-pg-migrate'
 import pg from 'pg'
 import t from 'tap'
 import { migrationNames, runMigrations } from '../src/db/migrate.js'
@@ -29,38 +30,38 @@ t.test('three runs at once on a fresh database: each migration applied and recor
   t.equal(rowCount, 0, 'the lock ended with the transaction')
 })
 
-t.test('a migration recorded twice (by concurrent starts before this lock) keeps neither readiness at 503 nor the next start from starting', async t => {
+t.test('DB_STATEMENT_TIMEOUT_MS becomes the role\'s statement_timeout in this database; the migrations themselves run without it', async t => {
   const url = await db.createDatabase()
-  const { app } = await testApp(t, url)
-  const names = await migrationNames()
-  const client = new pg.Client({ connectionString: url })
-  await client.connect()
-  t.teardown(async () => { await client.end() })
-  // One in the middle (node-pg-migrate's order check trips on it) and the last one.
-  for (const name of [names[1], names[names.length - 1]]) await client.query('INSERT INTO pgmigrations (name, run_on) VALUES ($1, now())', [name])
-  t.equal((await app.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200, 'ready: every migration is applied, twice recorded or not')
+  const other = await db.createDatabase()
+  const timeoutOf = async (target: string): Promise<string> =>
+    await withClient(target, async client => (await client.query<{ setting: string }>("SELECT setting FROM pg_settings WHERE name = 'statement_timeout'")).rows[0]?.setting ?? '')
+  const sessions = async (): Promise<number> => await withClient(other, async client =>
+    (await client.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'petstore-migrations'")).rows[0]?.n ?? -1)
 
-  const warnings: string[] = []
-  await runMigrations(url, { ...quiet, warn: (msg) => { warnings.push(msg) } })
-  t.same(warnings, ['removed 2 duplicate records from pgmigrations'])
-  t.same(await records(url), names.map(name => ({ name, copies: 1 })), 'one record per migration again')
-  const { app: next } = await testApp(t, url)
-  t.equal((await next.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200, 'and the next instance starts and is ready')
-})
+  await runMigrations(url, quiet, { statementTimeoutMs: 1234 })
+  t.equal(await timeoutOf(url), '1234', 'a new session of the role has it')
+  t.equal(await timeoutOf(other), '0', 'only in this database')
+  t.equal(await sessions(), 0, 'the run leaves no session behind')
 
-t.test('an instance of the previous version keeps working through a rolling deploy: its Idempotency-Key statements still run after the operation column is added', async t => {
-  const url = await db.createDatabase()
+  await runMigrations(url, quiet, { statementTimeoutMs: 1234 })
+  await runMigrations(url, quiet, { statementTimeoutMs: 700 })
+  t.equal(await timeoutOf(url), '700', 'a start with another value changes it')
   await runMigrations(url, quiet)
-  const client = new pg.Client({ connectionString: url })
-  await client.connect()
-  t.teardown(async () => { await client.end() })
-  const owner = Buffer.alloc(32, 1)
-  // The previous version's record of an answer, as it sends it (no operation column; ON CONFLICT on the key it knows).
-  const previous = `INSERT INTO idempotency_keys (key_owner, idempotency_key, request_hash, state, claim_token, locked_until, response_status, response_body, location, expires_at)
-    VALUES ($1, $2, $3, 'done', gen_random_uuid(), now(), 201, '{}', '/v1/categories/1', now() + interval '24 hours')
-    ON CONFLICT (key_owner, idempotency_key) DO UPDATE SET state = 'done'`
-  await client.query(previous, [owner, 'rolling-1', Buffer.alloc(32, 2)])
-  await client.query(previous, [owner, 'rolling-1', Buffer.alloc(32, 2)])
-  const { rows } = await client.query<{ operation: string }>('SELECT operation FROM idempotency_keys WHERE idempotency_key = $1', ['rolling-1'])
-  t.same(rows, [{ operation: 'createCategory' }], 'one record, and it is a createCategory record: the only operation the previous version had')
+  t.equal(await timeoutOf(url), '700', 'a run without a value leaves it as it is')
+
+  // A run that waits longer than the role's timeout (here for the migration lock another start holds) still completes.
+  await runMigrations(url, quiet, { statementTimeoutMs: 300 })
+  t.equal(await timeoutOf(url), '300')
+  const holder = new pg.Client({ connectionString: url })
+  await holder.connect()
+  t.teardown(async () => { await holder.end() })
+  await holder.query('BEGIN')
+  await holder.query('SET LOCAL statement_timeout = 0')
+  await holder.query('SELECT pg_advisory_xact_lock($1)', [String(PG_MIGRATE_LOCK_ID)])
+  const started = performance.now()
+  const waiting = runMigrations(url, quiet, { statementTimeoutMs: 300 })
+  setTimeout(() => { holder.query('COMMIT').catch(() => {}) }, 1000)
+  await waiting
+  t.ok(performance.now() - started >= 900, 'the run waited a second for the lock, past the role\'s 300 ms, and completed')
+  await t.rejects(withClient(url, async client => { await client.query('SELECT pg_sleep(1)') }), { code: '57014' }, 'outside the run, the role\'s timeout cancels a slow statement')
 })

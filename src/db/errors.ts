@@ -1,13 +1,16 @@
-import { POOL_QUEUE_FULL } from './pool.js'
-import { COMMIT_NOT_REPLICATED, DATABASE_IN_RECOVERY } from './servers.js'
-
 /*
- * The one place where driver errors become the service's errors. Anything that
- * means "the database cannot answer now" becomes a DatabaseUnavailableError (the
- * HTTP error handler answers it with a 503 and Retry-After: the client may retry);
- * everything else stays as it was thrown (an unexpected error). Nothing here
- * knows of HTTP.
+ * Which driver errors mean "the database cannot answer now". db/database.ts turns
+ * them into a DatabaseUnavailableError (the HTTP error handler answers 503 with
+ * Retry-After: the client may retry); anything else stays as thrown (a bug: 500).
+ * Nothing here knows of HTTP.
  */
+
+/** The pool's wait queue is full (DB_POOL_MAX_WAITING): overload is answered at once, not queued without bound. */
+export const POOL_QUEUE_FULL = 'EPOOLQUEUEFULL'
+/** The server reached is a standby in recovery (db/servers.ts). */
+export const DATABASE_IN_RECOVERY = 'EDBINRECOVERY'
+/** A commit the synchronous standby did not confirm: committed on the primary alone, its outcome unknown (db/servers.ts). */
+export const COMMIT_NOT_REPLICATED = 'ECOMMITNOTREPLICATED'
 
 /**
  * SQLSTATEs (a class by its first characters, or one code) that mean the
@@ -34,9 +37,10 @@ const UNAVAILABLE_SQLSTATES = [
   '58', // system error: I/O
   '72000' // snapshot too old
 ]
-// Node's socket errors and the service's own (db/pool.ts, db/servers.ts).
 const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', POOL_QUEUE_FULL, DATABASE_IN_RECOVERY, COMMIT_NOT_REPLICATED])
 const SQLSTATE = /^[0-9A-Z]{5}$/
+// pg's own messages for a pool that could not connect in time, a lost connection and its client-side query timeout.
+const UNAVAILABLE_MESSAGES = /timeout exceeded when trying to connect|Connection terminated|Query read timeout|Client has encountered a connection error|Connection ended|not queryable/i
 
 /** The database cannot answer now (unreachable, restarting, read-only, overloaded...); a retry shortly after may succeed. */
 export class DatabaseUnavailableError extends Error {
@@ -59,16 +63,10 @@ export function isDatabaseUnavailable (err: unknown): boolean {
     if (UNAVAILABLE_CODES.has(code)) return true
     if (SQLSTATE.test(code)) return UNAVAILABLE_SQLSTATES.some(prefix => code.startsWith(prefix))
   }
-  // pg's own messages for a pool that could not connect in time, a lost connection and a query timeout
-  return /timeout exceeded when trying to connect|Connection terminated|Query read timeout|Client has encountered a connection error|Connection ended|not queryable/i.test(err.message)
+  return UNAVAILABLE_MESSAGES.test(err.message)
 }
 
-/** Runs a database call and turns "unavailable" failures into a DatabaseUnavailableError. */
-export async function withDatabase<T> (call: () => Promise<T>): Promise<T> {
-  try {
-    return await call()
-  } catch (err) {
-    if (err instanceof DatabaseUnavailableError || !isDatabaseUnavailable(err)) throw err
-    throw new DatabaseUnavailableError(err)
-  }
+/** The error a caller of db/database.ts sees: "unavailable" failures as a DatabaseUnavailableError, the rest as they were. */
+export function databaseError (err: unknown): unknown {
+  return err instanceof DatabaseUnavailableError || !isDatabaseUnavailable(err) ? err : new DatabaseUnavailableError(err)
 }

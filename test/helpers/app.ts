@@ -33,7 +33,7 @@ export async function testApp (t: Teardown, databaseUrl: string, env: Record<str
   const config = loadConfig({ DATABASE_URL: databaseUrl, API_KEYS: `${TEST_KEY},${OTHER_KEY}`, LOG_LEVEL: 'warn', METRICS_PORT: '0', ...env })
   if (config.databaseUrl === undefined) throw new Error('testApp needs a database URL')
   // As server.ts does: the migrations, then the app.
-  await runMigrations(config.databaseDirectUrl ?? config.databaseUrl, quietMigrations)
+  await runMigrations(config.databaseDirectUrl ?? config.databaseUrl, quietMigrations, { statementTimeoutMs: config.db.statementTimeoutMs })
   const app = await buildApp({ ...config, databaseUrl: config.databaseUrl }, { logStream })
   t.teardown(async () => { await app.close() })
   // More of what the service could be made of (test-only resources), before it is ready.

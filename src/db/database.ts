@@ -1,0 +1,134 @@
+import pg from 'pg'
+import { DatabaseUnavailableError, POOL_QUEUE_FULL, databaseError } from './errors.js'
+import { DatabaseServers, outcomeUnknown } from './servers.js'
+
+const INT8_OID = 20
+
+/** int8 (bigserial ids, counts) as BigInt: a JavaScript number would round ids above 2^53. */
+const types = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    oid === INT8_OID ? BigInt : pg.types.getTypeParser(oid, format ?? 'text')) as typeof pg.types.getTypeParser
+}
+
+export interface DatabaseOptions {
+  connectionString: string
+  /** How the pool's sessions are named in pg_stat_activity. */
+  applicationName: string
+  max: number
+  /** Requests allowed to wait for a connection when every connection is busy; beyond that, 503 at once. */
+  maxWaiting: number
+  connectionTimeoutMs: number
+  /** The server's statement_timeout (db/migrate.ts sets it for the role); the client gives up one second after it. */
+  statementTimeoutMs: number
+  log: (fields: object, message: string) => void
+}
+
+/** Its caller hears of a lost connection through its failed query; the pool's 'error' event reports idle ones. */
+function ignoreLostConnection (): void {}
+
+/**
+ * The one way to the database: every statement of the service goes through
+ * here, so every failure is mapped once (db/errors.ts: "unavailable" becomes a
+ * DatabaseUnavailableError, a 503), every connection is checked (db/servers.ts:
+ * no standby, no server the address has left, no unconfirmed commit), and the
+ * wait for a connection is bounded in time (connectionTimeoutMillis) and in
+ * length (maxWaiting: pg.Pool queues without limit).
+ */
+export class Database {
+  readonly pool: pg.Pool
+  readonly servers: DatabaseServers
+  private readonly stale = new Error('a connection to a server the database address no longer leads to')
+  /** Unbounded waits (bounded: false) in pg-pool's queue now: they take no request's place. */
+  private unboundedWaiting = 0
+
+  constructor (private readonly options: DatabaseOptions) {
+    this.servers = new DatabaseServers(options.log)
+    this.pool = new pg.Pool({
+      connectionString: options.connectionString,
+      application_name: options.applicationName,
+      max: options.max,
+      connectionTimeoutMillis: options.connectionTimeoutMs,
+      // The server cancels a slow statement (statement_timeout); this bounds a wait the server cannot end (a lost network, a commit waiting for a standby).
+      query_timeout: options.statementTimeoutMs + 1000,
+      idleTimeoutMillis: 30000,
+      types,
+      onConnect: this.servers.register
+    })
+    // Without these listeners a connection that dies (a database restart) crashes the process: idle ones here,
+    // and checked-out ones, which pg-pool leaves without a listener (the query in flight rejects on its own).
+    this.pool.on('error', err => { options.log({ err }, 'idle database connection failed') })
+    this.pool.on('connect', client => { client.on('error', ignoreLostConnection) })
+  }
+
+  async query<R extends pg.QueryResultRow = pg.QueryResultRow> (text: string, values: unknown[] = [], options: { bounded?: boolean } = {}): Promise<pg.QueryResult<R>> {
+    return await this.withClient(async client => await client.query<R>({ text, values }), options)
+  }
+
+  /** `work` inside BEGIN and COMMIT on one connection; a failure rolls it back (the connection is closed). */
+  async transaction<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    return await this.withClient(async client => {
+      await client.query('BEGIN')
+      const result = await work(client)
+      await client.query('COMMIT')
+      return result
+    })
+  }
+
+  /**
+   * One connection for `work`. On any failure the connection is closed, not reused (its session may be in a
+   * transaction, mid-cursor, or lost). `bounded: false` lets a statement wait even when the queue is full
+   * (the change feed's probe must not be refused for the requests' overload, nor take a request's place).
+   */
+  async withClient<T> (work: (client: pg.PoolClient) => Promise<T>, { bounded = true }: { bounded?: boolean } = {}): Promise<T> {
+    const { pool } = this
+    if (bounded && pool.idleCount === 0 && pool.totalCount >= this.options.max && pool.waitingCount - this.unboundedWaiting >= this.options.maxWaiting) {
+      throw new DatabaseUnavailableError(Object.assign(new Error('the connection pool queue is full'), { code: POOL_QUEUE_FULL }))
+    }
+    let client: pg.PoolClient
+    try {
+      client = await this.acquire(bounded)
+    } catch (err) {
+      throw databaseError(err)
+    }
+    try {
+      const result = await work(client)
+      this.servers.confirmReplicated(client)
+      client.release(this.servers.isStale(client) ? this.stale : undefined)
+      return result
+    } catch (err) {
+      client.release(err instanceof Error ? err : true)
+      if (outcomeUnknown(err)) this.servers.recheck(this.openOne)
+      throw databaseError(err)
+    }
+  }
+
+  async end (): Promise<void> {
+    await this.pool.end()
+  }
+
+  /** A connection from the pool that leads where the address does now; those to an old server are closed on the way. */
+  private async acquire (bounded: boolean): Promise<pg.PoolClient> {
+    for (;;) {
+      const queuedBefore = this.pool.waitingCount
+      const connecting = this.pool.connect()
+      // pg-pool queues a wait synchronously (or opens a new connection without queueing it).
+      const queued = !bounded && this.pool.waitingCount > queuedBefore
+      if (queued) this.unboundedWaiting++
+      let client: pg.PoolClient
+      try {
+        client = await connecting
+      } finally {
+        if (queued) this.unboundedWaiting--
+      }
+      if (!this.servers.isStale(client)) return client
+      client.release(this.stale)
+    }
+  }
+
+  private readonly openOne = async (): Promise<pg.Client> => {
+    const client = new pg.Client({ connectionString: this.options.connectionString, application_name: this.options.applicationName, connectionTimeoutMillis: this.options.connectionTimeoutMs })
+    client.on('error', ignoreLostConnection)
+    await client.connect()
+    return client
+  }
+}
