@@ -8,10 +8,13 @@
  * database. It creates the table of the service's first migration itself, and
  * only that: no trigger or index the service may add for its own speed.
  */
+import { Type } from '@sinclair/typebox'
 import Fastify from 'fastify'
 import pg from 'pg'
-import { CategoryListSchema, CategorySchema, NewCategorySchema, type NewCategory } from '../src/categories/schemas.js'
-import { ref } from '../src/http/shared-schemas.js'
+import { CategorySchema, NewCategorySchema, type NewCategory } from '../src/categories/schemas.js'
+import { ref } from '../src/http/schemas.js'
+
+const CategoryListSchema = Type.Array(ref(CategorySchema))
 
 const INT8_OID = 20
 pg.types.setTypeParser(INT8_OID, BigInt)

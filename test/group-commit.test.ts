@@ -1,7 +1,7 @@
 import pg from 'pg'
 import t from 'tap'
-import { CategoryRepository } from '../src/categories/repository.js'
-import { createPool } from '../src/db/pool.js'
+import type { Category, NewCategory } from '../src/categories/schemas.js'
+import { Table } from '../src/db/table.js'
 import { testApp, AUTH, histogram, json, metric } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
@@ -62,20 +62,15 @@ t.test('a failed batch fails every request in it with an Error body, and leaves 
 })
 
 t.test('insertWith: one row inside the caller\'s transaction', async t => {
-  const pool = createPool({ connectionString: db.url, max: 2, connectionTimeoutMs: 2000, statementTimeoutMs: 5000 }, () => {})
-  t.teardown(async () => { await pool.end() })
-  const repository = new CategoryRepository(pool)
-  const client = await pool.connect()
-  try {
+  const table = new Table<NewCategory, Category>(app.db, 'categories', { name: 'text', description: 'text' })
+  await app.db.withClient(async client => {
     await client.query('BEGIN')
-    const rolledBack = await repository.insertWith(client, { name: 'rolled back' })
+    const rolledBack = await table.insertWith(client, { name: 'rolled back' })
     await client.query('ROLLBACK')
-    t.equal(await repository.get(rolledBack.id), undefined, 'gone with its transaction')
+    t.equal(await table.get(rolledBack.id), undefined, 'gone with its transaction')
     await client.query('BEGIN')
-    const kept = await repository.insertWith(client, { name: 'kept', description: 'd' })
+    const kept = await table.insertWith(client, { name: 'kept', description: 'd' })
     await client.query('COMMIT')
-    t.same(await repository.get(kept.id), { id: kept.id, name: 'kept', description: 'd' })
-  } finally {
-    client.release()
-  }
+    t.same(await table.get(kept.id), { id: kept.id, name: 'kept', description: 'd' })
+  })
 })

@@ -1,61 +1,18 @@
-import { createHash } from 'node:crypto'
 import { Registry } from 'prom-client'
 import t from 'tap'
 import { ChangeFeed, notificationKind, PROBE_CHANNEL, PROBE_PREFIX } from '../src/machinery/change-feed.js'
 import { CreateBatcher } from '../src/machinery/create-batcher.js'
-import { decide, digestOf, IdempotencyKeyInUseError, IdempotencyKeyReusedError, type RecordRow } from '../src/machinery/idempotency.js'
-import { ListBuilder } from '../src/machinery/list-cache.js'
+import { decide, digestOf, IdempotencyKeyReusedError, type RecordRow } from '../src/machinery/idempotency.js'
 import { metric } from './helpers/app.js'
 
 /*
- * The machinery's decisions without a database (src/machinery/): the list builder's
- * bytes and tags, the batcher's batches and failures, which notifications the feed
- * takes for changes, and what an idempotency record says. Their behaviour against
- * PostgreSQL is in list-cache, group-commit and idempotency.test.ts.
+ * The machinery's decisions without a database (src/machinery/): the batcher's
+ * batches and failures, which notifications the feed takes for changes, and what
+ * an idempotency record says. Their behaviour against PostgreSQL is in list-cache,
+ * group-commit and idempotency.test.ts.
  */
 
 interface Item { id: bigint, name: string }
-const serialize = (rows: Item[]): string => JSON.stringify(rows.map(r => ({ id: Number(r.id), name: r.name })))
-const items = (from: number, to: number): Item[] => Array.from({ length: to - from + 1 }, (_, i) => ({ id: BigInt(from + i), name: `item ${from + i} é "q"` }))
-const sha1Tag = (body: string): string => `"${createHash('sha1').update(body).digest('base64url')}"`
-
-t.test('list builder: chunks come out byte for byte as one serialization, whatever the buffer size', async t => {
-  for (const sizeHint of [0, 16, 100_000]) {
-    for (const chunks of [[], [items(1, 1)], [items(1, 3), items(4, 4), items(5, 500)]]) {
-      const builder = new ListBuilder<Item>(serialize, sizeHint)
-      for (const chunk of chunks) builder.add(chunk)
-      const list = builder.finish()
-      const whole = serialize(chunks.flat())
-      t.equal(list.body.toString('utf8'), whole, `${chunks.length} chunks, size hint ${sizeHint}`)
-      t.equal(list.etag, sha1Tag(whole), 'the strong tag is the SHA-1 of the body')
-      t.equal(list.rows, chunks.flat().length)
-      t.equal(list.lastId, chunks.flat().at(-1)?.id)
-    }
-  }
-})
-
-t.test('list builder: appending to a built list reuses its bytes and gives the same body and tag as a rebuild', async t => {
-  const first = new ListBuilder<Item>(serialize, 0)
-  first.add(items(1, 10))
-  const base = first.finish()
-  const appended = new ListBuilder<Item>(serialize, 0, base)
-  appended.add(items(11, 12))
-  const list = appended.finish()
-  t.equal(list.body.toString('utf8'), serialize(items(1, 12)))
-  t.equal(list.etag, sha1Tag(serialize(items(1, 12))))
-  t.equal(list.rows, 12)
-  t.equal(base.body.toString('utf8'), serialize(items(1, 10)), 'the base list is unchanged')
-
-  const empty = new ListBuilder<Item>(serialize, 0)
-  const fromEmpty = new ListBuilder<Item>(serialize, 0, empty.finish())
-  fromEmpty.add(items(1, 1))
-  t.equal(fromEmpty.finish().body.toString('utf8'), serialize(items(1, 1)), 'appending to the empty list writes no comma')
-})
-
-t.test('list builder: a serializer that does not write an array is refused', async t => {
-  const builder = new ListBuilder<Item>(() => '{}', 0)
-  t.throws(() => { builder.add(items(1, 1)) }, /did not write a JSON array/)
-})
 
 /** An inserter whose batches the test settles by hand. */
 function heldInserter (): { batches: Array<{ inputs: string[], commit: () => void, fail: (err: Error) => void }>, insertBatch: (inputs: string[]) => Promise<Item[]> } {
@@ -74,7 +31,7 @@ t.test('batcher: a lone create goes at once; creates that arrive meanwhile share
   const inserter = heldInserter()
   const told: Array<string | Item[]> = []
   const registry = new Registry()
-  const batcher = new CreateBatcher<string, Item>(inserter, { registry, metricPrefix: 'widgets', maxRows: 3, observer: { created: rows => { told.push(rows) }, createFailed: () => { told.push('failed') } } })
+  const batcher = new CreateBatcher<string, Item>(inserter, { registry, metricPrefix: 'widgets', maxRows: 3, observer: { created: rows => { told.push(rows) }, invalidate: () => { told.push('failed') } } })
   const first = batcher.create('a')
   await turn()
   t.same(inserter.batches.map(b => b.inputs), [['a']], 'the lone create is a batch of its own')
@@ -98,7 +55,7 @@ t.test('batcher: a failed batch fails each of its creates, tells the observer, a
   const inserter = heldInserter()
   const told: string[] = []
   const registry = new Registry()
-  const batcher = new CreateBatcher<string, Item>(inserter, { registry, metricPrefix: 'widgets', observer: { created: () => { told.push('created') }, createFailed: () => { told.push('failed') } } })
+  const batcher = new CreateBatcher<string, Item>(inserter, { registry, metricPrefix: 'widgets', observer: { created: () => { told.push('created') }, invalidate: () => { told.push('failed') } } })
   const doomed = [batcher.create('x'), batcher.create('y')]
   await turn()
   inserter.batches[0]?.fail(new Error('lost'))
@@ -117,10 +74,10 @@ t.test('feed: which notifications are changes', async t => {
   t.equal(notificationKind(PROBE_CHANNEL, `${PROBE_PREFIX}abc/2`, state), 'awaited-probe')
   t.equal(notificationKind(PROBE_CHANNEL, `${PROBE_PREFIX}abc/1`, state), 'other-probe', 'a late echo of an earlier probe')
   t.equal(notificationKind(PROBE_CHANNEL, `${PROBE_PREFIX}other/7`, state), 'other-probe', 'another instance\'s probe')
-  t.equal(notificationKind('widgets_changed', `${PROBE_PREFIX}old/1`, state), 'other-probe', 'an earlier version\'s probe on a change channel is no change')
+  t.equal(notificationKind('widgets_changed', `${PROBE_PREFIX}old/1`, state), 'other-probe', 'a probe on a change channel is no change')
   t.equal(notificationKind('widgets_changed', 'petstore/me', state), 'own-echo', 'this instance\'s own write')
   t.equal(notificationKind('widgets_changed', 'petstore/other', state), 'change')
-  t.equal(notificationKind('widgets_changed', '', state), 'change', 'a writer without a name (an earlier version\'s trigger)')
+  t.equal(notificationKind('widgets_changed', '', state), 'change', 'a writer without a name')
   t.equal(notificationKind('gadgets_changed', 'petstore/other', state), 'unsubscribed')
   t.equal(notificationKind('widgets_changed', 'petstore/me', { ...state, ownWriterName: undefined }), 'change', 'without an own name every change counts')
 })
@@ -137,7 +94,7 @@ t.test('feed: channels are subscribed before it starts, once each, with plain na
 
 t.test('idempotency: what a record says', async t => {
   const hash = digestOf(['a', null])
-  const done: RecordRow = { operation: 'createThing', request_hash: hash, state: 'done', response_status: 201, response_body: '{"id":1}', location: '/v1/x/1', expired: false, lapsed: false }
+  const done: RecordRow = { operation: 'createThing', request_hash: hash, response_status: 201, response_body: '{"id":1}', location: '/v1/x/1', expired: false }
   const decideFor = (record: RecordRow | undefined, body: Buffer): ReturnType<typeof decide> => decide(record, 'createThing', body)
   t.equal(decideFor(undefined, hash), undefined, 'no record: do the work')
   t.same(decideFor(done, hash), { status: 201, body: '{"id":1}', location: '/v1/x/1' }, 'replay the remembered answer')
@@ -145,7 +102,5 @@ t.test('idempotency: what a record says', async t => {
   t.throws(() => decideFor(done, digestOf(['b', null])), IdempotencyKeyReusedError, 'another body')
   t.throws(() => decide(done, 'createOther', hash), IdempotencyKeyReusedError, 'another operation, even with the same body')
   t.equal(decide({ ...done, expired: true }, 'createOther', hash), undefined, 'an expired record of another operation binds nothing')
-  t.throws(() => decideFor({ ...done, state: 'running', lapsed: false }, hash), IdempotencyKeyInUseError, 'an earlier version\'s claim still held')
-  t.equal(decideFor({ ...done, state: 'running', lapsed: true }, hash), undefined, 'a lapsed claim is taken over')
   t.not(digestOf(['a', 'b']).toString('hex'), digestOf(['ab', null]).toString('hex'), 'parts cannot run into each other')
 })

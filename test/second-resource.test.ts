@@ -1,15 +1,16 @@
+import { readFile } from 'node:fs/promises'
 import type { FastifyInstance } from 'fastify'
 import pg from 'pg'
 import t from 'tap'
 import { runMigrations } from '../src/db/migrate.js'
 import { AUTH, json, metric, testApp, until } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
-import widgets, { WIDGETS_TABLE } from './helpers/widgets.js'
+import widgets from './widgets/routes.js'
 
 /*
- * The machinery serves a second resource: widgets (test/helpers/widgets.ts, a
- * test-only resource made as docs/architecture.md says) next to categories, on
- * the same change feed, pool and Idempotency-Key table, in two instances.
+ * The machinery serves a second resource: widgets (test/widgets/, a test-only
+ * resource made as docs/architecture.md says) next to categories, on the same
+ * change feed, pool and Idempotency-Key table, in two instances.
  */
 
 const db = await testDatabase(t)
@@ -17,7 +18,8 @@ await runMigrations(db.url, { info () {}, warn () {}, error () {} })
 const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
 t.teardown(async () => { await admin.end() })
-await admin.query(WIDGETS_TABLE)
+// Its migration's Up part, as the runner would apply it.
+await admin.query((await readFile(new URL('widgets/migration.sql', import.meta.url), 'utf8')).split('-- Down Migration')[0] as string)
 const register = async (app: FastifyInstance): Promise<void> => { await app.register(widgets) }
 const { app: a } = await testApp(t, db.url, {}, { register })
 const { app: b } = await testApp(t, db.url, {}, { register })

@@ -1,29 +1,21 @@
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { errorResponses, notFound, validationFailed } from '../http/errors.js'
-import { rejectOtherMethods } from '../http/method-not-allowed.js'
-import { createHandler, listHandler } from '../http/replies.js'
-import { ref } from '../http/shared-schemas.js'
-import type { Collection } from '../machinery/collection.js'
-import { ID_PATTERN, MAX_ID, patternRules } from '../shared/text-rules.js'
-import type { CategoryRepository } from './repository.js'
-import { CategoryListSchema, CategoryParamsSchema, CategorySchema, CreateCategoryHeadersSchema, NewCategorySchema, type Category, type NewCategory } from './schemas.js'
+import { Type } from '@sinclair/typebox'
+import fp from 'fastify-plugin'
+import { MALFORMED_JSON, errorResponses, notFound } from '../http/errors.js'
+import { createHandler, listHandler, parseId } from '../http/replies.js'
+import { IdParams, IdempotencyKeyHeaders, NotModified, ref } from '../http/schemas.js'
+import { CategorySchema, NewCategorySchema, type Category, type NewCategory } from './schemas.js'
 
 const tags = ['categories']
-const security = [{ bearer: [] }]
 
-export interface CategoryRouteDeps {
-  /** Reads of one category. */
-  repository: CategoryRepository
-  /** The one write path, and the list it keeps (machinery/collection.ts). */
-  categories: Collection<NewCategory, Category>
-}
-
-const location = (category: Category): string => `/v1/categories/${category.id}`
-
-export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRouteDeps): void {
+/** Categories: a table of their own, their cached list and one write path (app.collection), and three operations. */
+async function categories (app: FastifyInstance): Promise<void> {
+  app.addSchema(NewCategorySchema)
+  app.addSchema(CategorySchema)
+  app.describeTag('categories', 'Categories of pets')
+  const categories = app.collection<NewCategory, Category>({ name: 'categories', columns: { name: 'text', description: 'text' }, createOperation: 'createCategory' })
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
-  const { repository, categories } = deps
 
   api.get('/v1/categories', {
     schema: {
@@ -31,11 +23,10 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
       summary: 'List every category',
       description: 'All categories, ordered by id ascending; no paging. The 200 carries a strong ETag; send it back in If-None-Match to get a 304 while the list is unchanged.',
       tags,
-      security,
       response: {
-        200: CategoryListSchema,
-        304: { type: 'null', description: 'Not Modified: the list still has the ETag sent in If-None-Match; no body.' },
-        ...errorResponses(401, 429, 500, 503)
+        200: Type.Array(ref(CategorySchema), { description: 'Every category, ordered by id ascending' }),
+        304: NotModified,
+        ...errorResponses([401, 429, 500, 503])
       }
     }
   }, listHandler(categories))
@@ -46,15 +37,19 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
       summary: 'Create a category',
       description: 'Stores the category exactly as sent. A 201 means the row is committed. Send an Idempotency-Key to make retries safe.',
       tags,
-      security,
-      headers: CreateCategoryHeadersSchema,
+      headers: IdempotencyKeyHeaders,
       body: ref(NewCategorySchema),
       response: {
         201: ref(CategorySchema, { description: 'Created and committed: the stored category; Location is its URL' }),
-        ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503)
+        ...errorResponses([400, 401, 409, 413, 415, 422, 429, 500, 503], {
+          400: [
+            { summary: 'A rule of NewCategory is broken', body: { code: 'VALIDATION_FAILED', message: "request body is missing the required member 'name'", status: 400 } },
+            { summary: 'The body is not JSON', body: { code: MALFORMED_JSON, message: 'request body is not valid JSON', status: 400 } }
+          ]
+        })
       }
     }
-  }, createHandler(categories, location))
+  }, createHandler(categories, category => `/v1/categories/${category.id}`))
 
   api.get('/v1/categories/:id', {
     schema: {
@@ -63,21 +58,18 @@ export function registerCategoryRoutes (app: FastifyInstance, deps: CategoryRout
       description: 'Experimental extension of the interface.',
       'x-stability': 'experimental',
       tags,
-      security,
-      params: CategoryParamsSchema,
+      params: IdParams,
       response: {
         200: ref(CategorySchema, { description: 'The category with this id' }),
-        ...errorResponses(400, 401, 404, 429, 500, 503)
+        ...errorResponses([400, 401, 404, 429, 500, 503], { 400: "'id' must be a decimal integer from 1 to 9223372036854775807", 404: 'no category with id 42' })
       }
     }
   }, async (request) => {
-    const id = BigInt(request.params.id)
-    if (id > MAX_ID) throw validationFailed(`'id' ${patternRules[ID_PATTERN] ?? ''}`)
-    const category = await repository.get(id)
+    const id = parseId(request.params.id)
+    const category = await categories.get(id)
     if (category === undefined) throw notFound(`no category with id ${id}`)
     return category
   })
-
-  rejectOtherMethods(app, '/v1/categories', ['GET', 'POST'])
-  rejectOtherMethods(app, '/v1/categories/:id', ['GET'])
 }
+
+export default fp(categories, { name: 'categories', dependencies: ['data'] })

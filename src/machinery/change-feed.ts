@@ -1,17 +1,12 @@
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
-import { queryOutsideQueueBound } from '../db/pool.js'
+import type { Database } from '../db/database.js'
 
 /** Distinctive, so operators (and tests) can find the listening connection in pg_stat_activity. */
 export const LISTENER_APPLICATION_NAME = 'petstore-listener'
 /** The channel the feed's own probes travel on (one for every channel it listens to: they share its connection). */
 export const PROBE_CHANNEL = 'petstore_feed_probe'
-/**
- * Payloads of the feeds' own probe notifications (see ChangeFeed). The tables'
- * triggers send writers' application_names (`petstore/...` for this service), so
- * a probe is never taken for a change, on any channel (earlier versions probed on
- * the change channel itself), and no instance drops its list for another's probe.
- */
+/** Payloads of the feeds' own probe notifications (see ChangeFeed): never taken for a change, by any instance. */
 export const PROBE_PREFIX = 'petstore-feed-probe/'
 
 interface Log { warn: (obj: object, msg: string) => void, info: (obj: object, msg: string) => void }
@@ -60,11 +55,11 @@ export interface ChangeFeedOptions {
 export const DEAF_CONNECTIONS_BEFORE_PAUSE = 3
 
 /**
- * The pool as the feed's `notify`: the probe travels the way the pool's writes do, without taking
- * a request's place in the pool's bounded wait queue (db/pool.ts).
+ * The pool as the feed's `notify`: the probe travels the way the service's writes do, without
+ * taking a request's place in the pool's bounded wait queue (db/database.ts).
  */
-export function notifyThrough (pool: pg.Pool): ChangeFeedOptions['notify'] {
-  return async (channel, payload) => { await queryOutsideQueueBound(pool, 'SELECT pg_notify($1, $2)', [channel, payload]) }
+export function notifyThrough (db: Database): ChangeFeedOptions['notify'] {
+  return async (channel, payload) => { await db.query('SELECT pg_notify($1, $2)', [channel, payload], { bounded: false }) }
 }
 
 /** One channel's subscriber: told of every change announced on it, and whenever the feed starts or stops hearing. */
@@ -111,6 +106,8 @@ export class ChangeFeed {
   /** New connections in a row that heard none of their probes. */
   private deafConnections = 0
   private client: pg.Client | undefined
+  /** Ends the current connection and schedules the next (set while one is open). */
+  private dropCurrent: ((err?: unknown, reason?: string) => void) | undefined
   private closed = false
   private attempt = 0
   private retryTimer: NodeJS.Timeout | undefined
@@ -158,6 +155,11 @@ export class ChangeFeed {
     for (const subscriber of this.subscribers.values()) subscriber.onChange()
   }
 
+  /** Reconnects when the listening connection is one `stale` names (db/servers.ts: the database address moved). */
+  reconnectIf (stale: (client: pg.Client) => boolean): void {
+    if (this.client !== undefined && stale(this.client)) this.dropCurrent?.(new Error('the database address leads to another server'), 'change feed reconnects to where the database address leads now')
+  }
+
   async close (): Promise<void> {
     this.closed = true
     clearTimeout(this.retryTimer)
@@ -200,6 +202,7 @@ export class ChangeFeed {
       this.retryTimer = setTimeout(() => { this.start() }, delay)
       this.retryTimer.unref()
     }
+    this.dropCurrent = drop
     client.on('error', drop)
     client.on('end', () => { drop(new Error('listening connection ended')) })
     client.on('notification', (message) => {

@@ -25,7 +25,7 @@ export interface CreateBatcherOptions<Created> {
 
 export interface CreateObserver<Created> {
   created: (rows: Created[]) => void
-  createFailed: () => void
+  invalidate: () => void
 }
 
 /**
@@ -91,7 +91,7 @@ export class CreateBatcher<New, Created> {
       },
       (err: unknown) => {
         this.failedBatches?.inc()
-        this.observer?.createFailed()
+        this.observer?.invalidate()
         for (const pending of batch) pending.reject(err)
       }
     ).finally(() => {

@@ -1,127 +1,168 @@
 import { createHash, type Hash } from 'node:crypto'
+import { setImmediate as nextTurn } from 'node:timers/promises'
 import { Counter, Gauge, type Registry } from 'prom-client'
-import type { ChangeFeed } from './change-feed.js'
+import type { ChangeFeed, Subscription } from './change-feed.js'
 
 /** What a list cache holds: rows with a bigint id, listed in id order. */
 export interface Row { id: bigint }
 
-/** Where a list is read from: every row in id order, in chunks, from one snapshot (a repository's cursor read). */
+/** Where a list is read from (a resource's db/table.ts). */
 export interface ListSource<T extends Row> {
+  /** Every row in id order, in chunks, from one snapshot. */
   listInChunks: (onChunk: (rows: T[]) => void) => Promise<void>
+  /** The rows with these ids that exist, in id order. */
+  getMany: (ids: readonly bigint[]) => Promise<T[]>
+  /** The rows with ids in [from, to), in id order. */
+  getRange: (from: bigint, to: bigint) => Promise<T[]>
 }
-
-/** The list as sent on the wire, and its strong ETag. */
-export interface SerializedList {
-  /** UTF-8 bytes, encoded once: every response writes the same Buffer instead of re-encoding a string. */
-  body: Buffer
-  etag: string
-}
-
-export type ListSerializer<T extends Row = Row> = (list: T[]) => string
-
-interface CachedList extends SerializedList {
-  /** The last (highest) id in the list, undefined when it is empty: only higher ids can be appended in order. */
-  lastId: bigint | undefined
-  /** SHA-1 state over every byte of `body` but its closing `]`, so that an append hashes only what it adds. */
-  openHash: Hash
-  rows: number
-}
-
-const OPEN = 0x5b // [
-const COMMA = 0x2c // ,
-const CLOSE = 0x5d // ]
-
-/** The smallest buffer a list is written into. */
-const MIN_PART_BYTES = 8 * 1024
 
 /**
- * A list body built from chunks of rows, each serialized by the route's own
- * serializer. That serializer writes an array as `[`, the items joined by `,`,
- * and `]`; the chunks' items are joined the same way, so the body is byte for
- * byte what serializing the whole list at once would give (test/list-cache.test.ts
- * compares them), while no more than one chunk exists as objects at a time.
- *
- * The bytes go straight into buffers: the first sized from `sizeHint` (the
- * last list's length), so that rebuilding a list that did not grow much is one
- * allocation and no copy; when it fills, the next is as large as everything
- * written so far, and the parts are joined once at the end. Nothing is copied
- * to grow. Started from a cached list, it appends: the cached bytes are reused
- * as they are, and only the new rows are serialized and hashed.
+ * A list as sent: its bytes and its strong ETag (the SHA-1 of the bytes). A short list is one Buffer; a long one
+ * is its parts, written one after another (never joined: a change to a long list copies only what changed).
  */
-export class ListBuilder<T extends Row> {
-  /** Filled parts, in order; with a cached list to start from, the first is its bytes (never written to). */
-  private readonly parts: Buffer[] = []
-  private current: Buffer
-  private used = 0
-  /** Bytes in `parts` and `current`. */
-  private total = 0
-  /** Bytes this builder wrote itself (what the next part is sized from). */
-  private written = 0
-  private readonly hash: Hash
-  private lastId: bigint | undefined
-  private rows: number
+export interface ListBody { body: Buffer | readonly Buffer[], length: number, etag: string }
 
-  constructor (private readonly serialize: ListSerializer<T>, sizeHint: number, base?: CachedList) {
-    this.rows = base?.rows ?? 0
-    if (base === undefined) {
-      this.current = Buffer.allocUnsafeSlow(Math.max(sizeHint, MIN_PART_BYTES))
-      this.current[this.used++] = OPEN
-      this.total = this.written = 1
-      this.hash = createHash('sha1').update(this.current.subarray(0, 1))
-      this.lastId = undefined
-    } else {
-      this.parts.push(base.body.subarray(0, base.body.length - 1)) // all but the closing ]
-      this.total = base.body.length - 1
-      this.current = Buffer.alloc(0)
-      this.hash = base.openHash.copy()
-      this.lastId = base.lastId
+/** The route's own serializer of an array of rows (fast-json-stringify): the cached bytes are what the schema writes. */
+export type ListSerializer<T> = (rows: T[]) => string
+
+/** Ids per segment: a segment holds the rows whose id / SEGMENT_IDS is its key. */
+const SEGMENT_IDS = 1024n
+/** Lists up to this size are sent as one Buffer, made once per version. */
+const FLAT_BYTES = 1024 * 1024
+/** Bytes hashed between two turns of the event loop when a long list's tag is computed again. */
+const HASH_BYTES_PER_TURN = 8 * 1024 * 1024
+
+const OPEN = Buffer.from('[')
+const COMMA = Buffer.from(',')
+const CLOSE = Buffer.from(']')
+
+/** Rows whose ids share a key, serialized: ids ascending, their JSON joined by commas. */
+interface Segment { key: bigint, ids: BigInt64Array, bytes: Buffer }
+
+/**
+ * The cached list: its segments in key order, and SHA-1 states so that a change rehashes only from the
+ * first segment it touched: prefixes[i] has hashed every byte before segment i's (valid for i <= validPrefixes).
+ */
+interface Entry { segments: Segment[], prefixes: Hash[], validPrefixes: number, body: ListBody | undefined }
+
+type ReadSource = 'cache' | 'appended' | 'refresh' | 'database'
+
+/** A change the cache must apply before the reads that come after it: rows it was handed, or ids it was told of. */
+type Change = { rows: Row[] } | { ids: bigint[] }
+
+function items (array: string): string {
+  if (array[0] !== '[' || array[array.length - 1] !== ']') throw new Error('the list serializer did not write a JSON array')
+  return array.slice(1, -1)
+}
+
+const keyOf = (id: bigint): bigint => id / SEGMENT_IDS
+const byId = (a: Row, b: Row): number => a.id < b.id ? -1 : a.id > b.id ? 1 : 0
+
+/** Index of the first element of the sorted `values` not below `value`. */
+function lowerBound<V> (values: ArrayLike<V>, value: V): number {
+  let low = 0
+  let high = values.length
+  while (low < high) {
+    const mid = (low + high) >>> 1
+    if ((values[mid] as V) < value) low = mid + 1
+    else high = mid
+  }
+  return low
+}
+
+/** Index of the segment with this key, or where it would go. */
+function segmentIndex (segments: readonly Segment[], key: bigint): number {
+  let low = 0
+  let high = segments.length
+  while (low < high) {
+    const mid = (low + high) >>> 1
+    if ((segments[mid] as Segment).key < key) low = mid + 1
+    else high = mid
+  }
+  return low
+}
+
+function segmentOf<T extends Row> (rows: T[], serialize: ListSerializer<T>): Segment {
+  return { key: keyOf((rows[0] as T).id), ids: BigInt64Array.from(rows, row => row.id), bytes: Buffer.from(items(serialize(rows))) }
+}
+
+/** Sorted rows cut where their key changes. */
+function byKey<T extends Row> (rows: T[]): T[][] {
+  const groups: T[][] = []
+  for (let start = 0; start < rows.length;) {
+    const limit = (keyOf((rows[start] as T).id) + 1n) * SEGMENT_IDS
+    let end = start + 1
+    while (end < rows.length && (rows[end] as T).id < limit) end++
+    groups.push(rows.slice(start, end))
+    start = end
+  }
+  return groups
+}
+
+/** Builds segments from rows handed over in id order, chunk after chunk (a list read from the database). */
+class SegmentBuilder<T extends Row> {
+  readonly segments: Segment[] = []
+  private open: { key: bigint, ids: bigint[], parts: Buffer[] } | undefined
+
+  constructor (private readonly serialize: ListSerializer<T>) {}
+
+  add (rows: T[]): void {
+    for (const group of byKey(rows)) {
+      const key = keyOf((group[0] as T).id)
+      if (this.open !== undefined && this.open.key !== key) this.close()
+      this.open ??= { key, ids: [], parts: [] }
+      for (const row of group) this.open.ids.push(row.id)
+      this.open.parts.push(Buffer.from(items(this.serialize(group))))
     }
   }
 
-  /** Rows in id order, all after the ones already added. */
-  add (rows: T[]): void {
-    if (rows.length === 0) return
-    const array = this.serialize(rows)
-    if (array[0] !== '[' || array[array.length - 1] !== ']') throw new Error('the list serializer did not write a JSON array')
-    const items = array.slice(1, -1)
-    const comma = this.lastId !== undefined
-    this.reserve((comma ? 1 : 0) + Buffer.byteLength(items, 'utf8'))
-    const start = this.used
-    if (comma) this.current[this.used++] = COMMA
-    this.used += this.current.write(items, this.used, 'utf8')
-    this.hash.update(this.current.subarray(start, this.used))
-    this.total += this.used - start
-    this.written += this.used - start
-    this.lastId = (rows[rows.length - 1] as T).id
-    this.rows += rows.length
+  finish (): Segment[] {
+    this.close()
+    return this.segments
   }
 
-  finish (): CachedList {
-    this.reserve(0) // reserve() always leaves room for the ]
-    const openHash = this.hash.copy()
-    this.current[this.used++] = CLOSE
-    this.total++
-    this.hash.update(this.current.subarray(this.used - 1, this.used))
-    const last = this.current.subarray(0, this.used)
-    let body: Buffer
-    if (this.parts.length > 0) body = Buffer.concat([...this.parts, last], this.total)
-    // One part, much larger than its content (the list shrank): keep only what is used.
-    else body = this.current.length - this.used > this.used / 8 + 4096 ? Buffer.from(last) : last
-    return { body, etag: `"${this.hash.digest('base64url')}"`, lastId: this.lastId, openHash, rows: this.rows }
-  }
-
-  /** Room in the current part for `bytes` more and the closing ]; a full part is kept and a new one started, nothing is copied. */
-  private reserve (bytes: number): void {
-    if (this.used + bytes + 1 <= this.current.length) return
-    if (this.used > 0) this.parts.push(this.current.subarray(0, this.used))
-    this.current = Buffer.allocUnsafeSlow(Math.max(bytes + 1, this.written))
-    this.used = 0
+  private close (): void {
+    if (this.open === undefined) return
+    const { key, ids, parts } = this.open
+    const bytes = parts.length === 1 ? parts[0] as Buffer : Buffer.concat(parts.flatMap((part, i) => i === 0 ? [part] : [COMMA, part]))
+    this.segments.push({ key, ids: BigInt64Array.from(ids), bytes })
+    this.open = undefined
   }
 }
 
-const byId = (a: Row, b: Row): number => a.id < b.id ? -1 : a.id > b.id ? 1 : 0
+function newEntry (segments: Segment[]): Entry {
+  return { segments, prefixes: [createHash('sha1').update(OPEN)], validPrefixes: 0, body: undefined }
+}
 
-type ReadSource = 'cache' | 'appended' | 'refresh' | 'database'
+/** The bytes and tag of an entry, hashing again only from its first changed segment; a long rehash yields to the event loop. */
+async function bodyOf (entry: Entry): Promise<ListBody> {
+  const segments = entry.segments
+  const prefixes = entry.prefixes.slice(0, entry.validPrefixes + 1)
+  let sinceTurn = 0
+  for (let i = entry.validPrefixes; i < segments.length - 1; i++) {
+    const bytes = (segments[i] as Segment).bytes
+    prefixes[i + 1] = (prefixes[i] as Hash).copy().update(bytes).update(COMMA)
+    sinceTurn += bytes.length
+    if (sinceTurn >= HASH_BYTES_PER_TURN) {
+      sinceTurn = 0
+      await nextTurn()
+    }
+  }
+  const last = segments.at(-1)
+  const hash = (prefixes[Math.max(0, segments.length - 1)] as Hash).copy()
+  if (last !== undefined) hash.update(last.bytes)
+  const etag = `"${hash.update(CLOSE).digest('base64url')}"`
+  const parts: Buffer[] = [OPEN]
+  segments.forEach((segment, i) => { if (i > 0) parts.push(COMMA); parts.push(segment.bytes) })
+  parts.push(CLOSE)
+  const length = parts.reduce((sum, part) => sum + part.length, 0)
+  // Segments are replaced, never changed in place: a change made meanwhile kept the old prefixes for itself.
+  if (entry.segments === segments) {
+    entry.prefixes = prefixes
+    entry.validPrefixes = Math.max(0, segments.length - 1)
+  }
+  return { body: length <= FLAT_BYTES ? Buffer.concat(parts, length) : parts, length, etag }
+}
 
 export interface ListCacheOptions {
   /** The feed that tells of changes, and the channel the table's trigger notifies. */
@@ -129,166 +170,273 @@ export interface ListCacheOptions {
   channel: string
   /** Metric names start with this (`widgets` gives widgets_list_reads_total, widgets_change_feed_listening...). */
   metricPrefix: string
-  /** One row, for the metrics' help ('Widget' gives 'Widget list reads...'). */
-  rowName: string
   registry?: Registry
-  /** Own creates held for appending; beyond this many (nobody has read the list meanwhile) the cached list is dropped instead. */
-  maxPendingRows?: number
 }
 
 /**
  * A resource's serialized list, kept in memory while the change feed hears
- * notifications (it proves it by hearing its own probes: change-feed.ts). While
+ * notifications (it proves it by hearing its own probes: change-feed.ts); while
  * the feed is down or deaf every read goes to the database.
  *
- * What changes the list:
- * - this instance's own creates (`created`, called before their 201s are sent)
- *   are appended to the cached list at the next read, when their ids sort after
- *   it; otherwise (ids out of order, or a refresh in flight) the list is dropped;
- * - a change from anywhere else (a notification that does not carry our pool's
- *   name) drops it, and so does a create whose outcome is unknown;
- * - a dropped list is rebuilt by the next read, in chunks (repository.listInChunks).
- * A generation counter stops a refresh that started before a drop from
- * installing its (possibly stale) result; concurrent readers share one refresh
- * instead of all querying at once.
+ * The list is held in segments by id range, so that a change copies and rehashes
+ * only from the segment it touches, never the whole list:
+ * - rows this instance created (`created`, called before their 201s are sent) and
+ *   rows another instance announced by id (`notified`) are added in id order,
+ *   whatever order they committed in: appended or prepended to their segment, or,
+ *   when they fall between its rows, the segment is read again from the database;
+ * - any other change (`invalidate`: an update or delete, a create whose outcome is
+ *   unknown, the feed losing or regaining its connection) drops the list, and the
+ *   next read builds it again from one snapshot, in chunks.
+ * A read waits until every change that came before it is applied. Concurrent
+ * readers share one build; a generation counter keeps a build or a change that an
+ * invalidation overtook from being installed.
  */
 export class ListCache<T extends Row> {
+  private entry: Entry | undefined
   private generation = 0
-  private entry: CachedList | undefined
-  /** Own creates committed since `entry` was built, in id order, all after it; appended at the next read. */
-  private pending: T[] = []
-  private refreshing: { generation: number, promise: Promise<CachedList> } | undefined
+  private building: { generation: number, promise: Promise<Entry> } | undefined
+  private bodying: { entry: Entry, segments: Segment[], promise: Promise<ListBody> } | undefined
+  /** Changes not yet applied, in order, and how many have been announced and applied (a read waits for those before it). */
+  private queue: Change[] = []
+  private announced = 0
+  private applied = 0
+  private working: Promise<void> | undefined
+  private serialize: ListSerializer<T> | undefined
   private readonly feed: ChangeFeed
-  private readonly maxPendingRows: number
-  /** Reads by source, plain numbers: the Counter below reads them when scraped (a prom-client inc() per read was about 1 µs of a cached GET). */
+  /** Reads by source, plain numbers: the Counter reads them when scraped. */
   private readonly reads: Record<ReadSource, number> = { cache: 0, appended: 0, refresh: 0, database: 0 }
-  /** The last list built (its length and rows), and how many rows this instance created since: what a rebuild sizes its buffer from. */
-  private lastBuilt = { bytes: 0, rows: 0 }
-  private createdSinceBuilt = 0
 
-  constructor (
-    private readonly source: ListSource<T>,
-    options: ListCacheOptions
-  ) {
+  constructor (private readonly source: ListSource<T>, options: ListCacheOptions) {
     this.feed = options.feed
     const subscription = options.feed.subscribe(options.channel, () => { this.invalidate() })
-    this.maxPendingRows = options.maxPendingRows ?? 10_000
-    if (options.registry !== undefined) {
-      const registers = [options.registry]
-      const prefix = options.metricPrefix
-      const reads = this.reads
-      // eslint-disable-next-line no-new
-      new Counter({
-        name: `${prefix}_list_reads_total`,
-        help: `${options.rowName} list reads by source: cache, appended (cache plus this instance's own new rows), refresh (one query shared by waiting readers) or database (change feed down or deaf)`,
-        labelNames: ['source'],
-        registers,
-        collect () {
-          this.reset()
-          for (const [source, count] of Object.entries(reads)) this.labels(source).inc(count)
-        }
-      })
-      const feed = this.feed
-      // eslint-disable-next-line no-new
-      new Gauge({ name: `${prefix}_change_feed_listening`, help: '1 while the change feed hears notifications (its last probe was echoed) and the list cache may be used; 0: the list is read from the database', registers, collect () { this.set(feed.listening ? 1 : 0) } })
-      // eslint-disable-next-line no-new
-      new Gauge({ name: `${prefix}_change_feed_drops`, help: 'Times the change feed connection was lost, could not be made, or was found deaf', registers, collect () { this.set(feed.drops) } })
-      // eslint-disable-next-line no-new
-      new Gauge({ name: `${prefix}_change_feed_probes_missed`, help: 'Probe notifications the change feed sent through the pool and did not hear in time', registers, collect () { this.set(feed.probesMissed) } })
-      // eslint-disable-next-line no-new
-      new Gauge({ name: `${prefix}_change_feed_echo_seconds`, help: 'Time from sending the change feed\'s last heard probe notification to its echo', registers, collect () { this.set(feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000) } })
-      // eslint-disable-next-line no-new
-      new Gauge({ name: `${prefix}_change_feed_connection_info`, help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)', labelNames: ['connection'], registers, collect () { this.labels(feed.connectionName).set(1) } })
-      // eslint-disable-next-line no-new
-      new Gauge({ name: `${prefix}_change_feed_own_echoes`, help: 'Notifications skipped because they announced this instance\'s own writes', registers, collect () { this.set(subscription.ownEchoes) } })
-    }
+    if (options.registry !== undefined) registerMetrics(options, this.reads, subscription)
   }
 
   /** True while the cache may be used (the change feed hears). */
   get listening (): boolean { return this.feed.listening }
 
+  /** Drops the list: the next read builds it from the database. */
   invalidate (): void {
     this.generation++
     this.entry = undefined
-    this.pending = []
+    this.queue = []
+    this.applied = this.announced
   }
 
-  /** Rows this instance has committed. Must be called before their 201s are sent: the next read on this instance includes them. */
+  /** Rows this instance has committed. Must be called before their 201s are sent: the next read on this instance lists them. */
   created (rows: readonly T[]): void {
-    if (rows.length === 0) return
-    this.createdSinceBuilt += rows.length
-    // No list, or one being rebuilt from a snapshot that may predate these rows: the rebuild must not be kept.
-    if (this.entry === undefined) { this.invalidate(); return }
-    const sorted = [...rows].sort(byId)
-    const last = this.pending.length > 0 ? (this.pending[this.pending.length - 1] as T).id : this.entry.lastId
-    // An id at or below the list's last one: the list may already hold the row (a snapshot taken after the
-    // commit), or the row belongs in the middle. Either way, rebuild instead of appending.
-    if ((last !== undefined && (sorted[0] as T).id <= last) || this.pending.length + sorted.length > this.maxPendingRows) {
-      this.invalidate()
-      return
-    }
-    this.pending.push(...sorted)
+    if (rows.length > 0) this.announce({ rows: [...rows].sort(byId) })
   }
 
-  /** A create failed, perhaps after its commit (the connection dropped before the answer): what the table holds is unknown. */
-  createFailed (): void { this.invalidate() }
-
-  /**
-   * The cached list, when read() would return it as it is (the feed is
-   * listening and none of this instance's creates wait to be appended);
-   * otherwise undefined. Synchronous: a cache hit needs no promise.
-   */
-  cached (): SerializedList | undefined {
-    if (this.entry === undefined || this.pending.length > 0 || !this.feed.listening) return undefined
-    this.count('cache')
-    return this.entry
+  /** Rows another instance committed, by id: read from the database and added before the next read. */
+  notified (ids: readonly bigint[]): void {
+    if (ids.length > 0) this.announce({ ids: [...ids] })
   }
 
-  async read (serialize: ListSerializer<T>): Promise<SerializedList> {
-    const hit = this.cached()
-    if (hit !== undefined) return hit
+  /** The list, from the cache when the feed hears, else from the database; `serialize` writes an array of rows as the route's schema does. */
+  async read (serialize: ListSerializer<T>): Promise<ListBody> {
+    this.serialize = serialize
     if (!this.feed.listening) {
-      this.count('database')
+      this.reads.database++
       return await this.load(serialize)
     }
-    if (this.entry !== undefined) {
-      // Own creates wait to be appended (a list without any was a hit above).
-      const builder = new ListBuilder(serialize, 0, this.entry)
-      builder.add(this.pending)
-      this.entry = this.built(builder)
-      this.pending = []
-      this.count('appended')
-      return this.entry
+    let source: ReadSource = 'cache'
+    let entry = this.entry
+    if (entry === undefined) {
+      source = 'refresh'
+      // Built from a snapshot taken after this read began: this read may be served from it even if a change
+      // overtook it, and it is not kept.
+      entry = await this.build(serialize)
+    } else {
+      const until = this.announced
+      while (this.applied < until && this.working !== undefined) await this.working
+      entry = this.entry
+      // Dropped meanwhile (a change the cache could not apply, or the feed went deaf): the database answers this one.
+      if (entry === undefined) {
+        this.reads.database++
+        return await this.load(serialize)
+      }
     }
-    this.count('refresh')
-    if (this.refreshing?.generation === this.generation) return await this.refreshing.promise
-    const generation = this.generation
-    const refreshing = { generation, promise: this.load(serialize) }
-    this.refreshing = refreshing
-    try {
-      const list = await refreshing.promise
-      // Only a result that no invalidation overtook may be kept.
-      if (generation === this.generation && this.feed.listening) this.entry = list
-      return list
-    } finally {
-      if (this.refreshing === refreshing) this.refreshing = undefined
+    if (entry.body !== undefined) {
+      this.reads[source]++
+      return entry.body
     }
+    this.reads[source === 'cache' ? 'appended' : source]++
+    return await this.bodyOf(entry)
   }
 
-  private async load (serialize: ListSerializer<T>): Promise<CachedList> {
-    const { bytes, rows } = this.lastBuilt
-    const expected = bytes + (rows === 0 ? 0 : Math.ceil(this.createdSinceBuilt * bytes / rows))
-    const builder = new ListBuilder(serialize, expected + (expected >> 4) + 1024)
+  private async load (serialize: ListSerializer<T>): Promise<ListBody> {
+    const builder = new SegmentBuilder(serialize)
     await this.source.listInChunks(rows => { builder.add(rows) })
-    return this.built(builder)
+    return await bodyOf(newEntry(builder.finish()))
   }
 
-  private built (builder: ListBuilder<T>): CachedList {
-    const list = builder.finish()
-    this.lastBuilt = { bytes: list.body.length, rows: list.rows }
-    this.createdSinceBuilt = 0
-    return list
+  /**
+   * One build at a time; readers that come meanwhile share it. It is installed unless an invalidation
+   * overtook it; changes announced while it read are applied after it (set semantics: a row already in
+   * its snapshot is not added twice).
+   */
+  private async build (serialize: ListSerializer<T>): Promise<Entry> {
+    if (this.building?.generation !== this.generation) {
+      const generation = this.generation
+      const promise = (async () => {
+        const builder = new SegmentBuilder(serialize)
+        await this.source.listInChunks(rows => { builder.add(rows) })
+        const entry = newEntry(builder.finish())
+        if (generation === this.generation && this.feed.listening) {
+          this.entry = entry
+          this.work()
+        }
+        return entry
+      })()
+      const building = { generation, promise }
+      this.building = building
+      promise.then(() => {}, () => { if (generation === this.generation) this.invalidate() })
+        .finally(() => { if (this.building === building) this.building = undefined }).catch(() => {})
+    }
+    return await this.building.promise
   }
 
-  private count (source: ReadSource): void { this.reads[source]++ }
+  /** The entry's body, computed once per version and shared by the reads that ask meanwhile. */
+  private async bodyOf (entry: Entry): Promise<ListBody> {
+    if (this.bodying?.entry !== entry || this.bodying.segments !== entry.segments) {
+      const segments = entry.segments
+      const promise = bodyOf(entry).then(body => {
+        // A change that came meanwhile made another version: this one is served, not kept.
+        if (entry.segments === segments) entry.body = body
+        return body
+      })
+      this.bodying = { entry, segments, promise }
+    }
+    return await this.bodying.promise
+  }
+
+  private announce (change: Change): void {
+    if (this.entry === undefined && this.building === undefined) return // nothing cached: the next build reads it
+    this.queue.push(change)
+    this.announced++
+    this.work()
+  }
+
+  /** Applies the queued changes in order, one at a time (after a build in flight). */
+  private work (): void {
+    if (this.working !== undefined || this.entry === undefined || this.queue.length === 0) return
+    const generation = this.generation
+    this.working = (async () => {
+      while (this.queue.length > 0 && generation === this.generation) {
+        const change = this.queue.shift() as Change
+        try {
+          await this.apply(change, generation)
+          if (generation === this.generation) this.applied++
+        } catch {
+          // The database could not say what changed: nobody may be served a list without it.
+          if (generation === this.generation) this.invalidate()
+        }
+      }
+    })().finally(() => {
+      this.working = undefined
+      this.work()
+    })
+  }
+
+  private async apply (change: Change, generation: number): Promise<void> {
+    let rows = 'rows' in change ? change.rows as T[] : undefined
+    if (rows === undefined) {
+      const missing = (change as { ids: bigint[] }).ids.filter(id => !this.has(id))
+      if (missing.length === 0) return
+      rows = await this.source.getMany(missing)
+      if (generation !== this.generation) return
+      // Announced, committed, and gone already: a delete is on its way; until then nothing is certain.
+      if (rows.length !== missing.length) throw new Error('an announced row no longer exists')
+    }
+    for (const key of this.add(rows)) {
+      const range = await this.source.getRange(key * SEGMENT_IDS, (key + 1n) * SEGMENT_IDS)
+      if (generation !== this.generation) return
+      this.replace(key, range)
+    }
+  }
+
+  private has (id: bigint): boolean {
+    const segments = this.entry?.segments ?? []
+    const segment = segments[segmentIndex(segments, keyOf(id))]
+    return segment !== undefined && segment.key === keyOf(id) && segment.ids[lowerBound(segment.ids, id)] === id
+  }
+
+  /** Adds rows (sorted) to their segments; returns the keys of segments they fall inside of, to be read again. */
+  private add (rows: T[]): bigint[] {
+    const entry = this.entry as Entry
+    const serialize = this.serialize as ListSerializer<T>
+    const reread: bigint[] = []
+    const segments = [...entry.segments]
+    let changedFrom = segments.length
+    for (const group of byKey(rows)) {
+      const key = keyOf((group[0] as T).id)
+      const at = segmentIndex(segments, key)
+      const segment = segments[at]
+      if (segment === undefined || segment.key !== key) {
+        segments.splice(at, 0, segmentOf(group, serialize))
+      } else {
+        const fresh = group.filter(row => segment.ids[lowerBound(segment.ids, row.id)] !== row.id)
+        if (fresh.length === 0) continue
+        const first = segment.ids[0] as bigint
+        const last = segment.ids[segment.ids.length - 1] as bigint
+        const added = segmentOf(fresh, serialize)
+        if ((fresh[0] as T).id > last) segments[at] = joined(segment, added)
+        else if ((fresh[fresh.length - 1] as T).id < first) segments[at] = joined(added, segment)
+        else reread.push(key)
+      }
+      changedFrom = Math.min(changedFrom, at)
+    }
+    this.install(segments, changedFrom)
+    return reread
+  }
+
+  /** Puts the rows read for a key in place of its segment. */
+  private replace (key: bigint, rows: T[]): void {
+    const entry = this.entry as Entry
+    const segments = [...entry.segments]
+    const at = segmentIndex(segments, key)
+    const replacement = rows.length === 0 ? [] : [segmentOf(rows, this.serialize as ListSerializer<T>)]
+    segments.splice(at, segments[at]?.key === key ? 1 : 0, ...replacement)
+    this.install(segments, at)
+  }
+
+  private install (segments: Segment[], changedFrom: number): void {
+    const entry = this.entry as Entry
+    if (changedFrom >= segments.length && segments.length === entry.segments.length) return
+    entry.segments = segments
+    entry.validPrefixes = Math.min(entry.validPrefixes, changedFrom)
+    entry.body = undefined
+  }
+}
+
+function joined (a: Segment, b: Segment): Segment {
+  const ids = new BigInt64Array(a.ids.length + b.ids.length)
+  ids.set(a.ids)
+  ids.set(b.ids, a.ids.length)
+  return { key: a.key, ids, bytes: Buffer.concat([a.bytes, COMMA, b.bytes]) }
+}
+
+function registerMetrics (options: ListCacheOptions, reads: Record<ReadSource, number>, subscription: Subscription): void {
+  const registers = [options.registry as Registry]
+  const prefix = options.metricPrefix
+  const feed = options.feed
+  /* eslint-disable no-new */
+  new Counter({
+    name: `${prefix}_list_reads_total`,
+    help: 'List reads by source: cache, appended (the cache plus rows added since), refresh (built from the database, one build shared by waiting readers) or database (change feed down or deaf)',
+    labelNames: ['source'],
+    registers,
+    collect () {
+      this.reset()
+      for (const [source, count] of Object.entries(reads)) this.labels(source).inc(count)
+    }
+  })
+  new Gauge({ name: `${prefix}_change_feed_listening`, help: '1 while the change feed hears notifications (its last probe was echoed) and the list cache may be used; 0: the list is read from the database', registers, collect () { this.set(feed.listening ? 1 : 0) } })
+  new Gauge({ name: `${prefix}_change_feed_drops`, help: 'Times the change feed connection was lost, could not be made, or was found deaf', registers, collect () { this.set(feed.drops) } })
+  new Gauge({ name: `${prefix}_change_feed_probes_missed`, help: 'Probe notifications the change feed sent through the pool and did not hear in time', registers, collect () { this.set(feed.probesMissed) } })
+  new Gauge({ name: `${prefix}_change_feed_echo_seconds`, help: 'Time from sending the change feed\'s last heard probe notification to its echo', registers, collect () { this.set(feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000) } })
+  new Gauge({ name: `${prefix}_change_feed_own_echoes`, help: 'Notifications skipped because they announced this instance\'s own writes', registers, collect () { this.set(subscription.ownEchoes) } })
+  new Gauge({ name: `${prefix}_change_feed_connection_info`, help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)', labelNames: ['connection'], registers, collect () { this.labels(feed.connectionName).set(1) } })
+  /* eslint-enable no-new */
 }

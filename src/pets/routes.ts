@@ -1,10 +1,10 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyInstance } from 'fastify'
 import { errorResponses, notImplemented } from '../http/errors.js'
-import { rejectOtherMethods } from '../http/method-not-allowed.js'
 
 /** Placeholder required by the contract: the operation exists, is deprecated, and answers 501. */
 export function registerPetRoutes (app: FastifyInstance, options: { sunset: string | undefined }): void {
+  app.describeTag('pets', 'Pets (not implemented yet)')
   app.get('/v1/pets/:petId', {
     schema: {
       operationId: 'getPet',
@@ -12,15 +12,13 @@ export function registerPetRoutes (app: FastifyInstance, options: { sunset: stri
       description: 'Placeholder: the behaviour of this operation is not defined yet. It always answers 501 NOT_IMPLEMENTED, with a Deprecation header and, when configured, a Sunset header.',
       deprecated: true,
       tags: ['pets'],
-      security: [{ bearer: [] }],
       params: Type.Object({ petId: Type.String({ description: 'Pet id (not interpreted yet)' }) }),
       // 400: a petId that is not valid percent-encoding, or longer than Fastify's 100 characters (error-handler.ts).
-      response: errorResponses(400, 401, 429, 501)
+      response: errorResponses([400, 401, 429, 501], { 501: 'getPet is not implemented yet' })
     }
   }, async (_request, reply) => {
     reply.header('deprecation', 'true')
     if (options.sunset !== undefined) reply.header('sunset', options.sunset)
     throw notImplemented('getPet is not implemented yet')
   })
-  rejectOtherMethods(app, '/v1/pets/:petId', ['GET'])
 }

@@ -1,59 +1,62 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import type pg from 'pg'
 import type { Registry } from 'prom-client'
+import { Database, type DatabaseOptions } from '../db/database.js'
+import type { Row } from '../db/table.js'
 import { ChangeFeed, notifyThrough } from '../machinery/change-feed.js'
+import { Collection, type CollectionOptions } from '../machinery/collection.js'
 import { IdempotencyStore } from '../machinery/idempotency.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The pool every resource's repository uses (app.ts makes it). */
-    pool: pg.Pool
-    /** One LISTENing connection for every resource's list cache (each subscribes to its table's channel while it registers). */
+    /** The one way to the database (db/database.ts). */
+    db: Database
+    /** One LISTENing connection for every resource's list cache. */
     changeFeed: ChangeFeed
-    /** Idempotency-Key records, shared by every operation (each names its own). */
-    idempotency: IdempotencyStore
+    /** A resource's rows: its cached list and its one write path (machinery/collection.ts). */
+    collection: <New extends object, T extends Row>(options: CollectionOptions) => Collection<New, T>
   }
 }
 
 export interface DataOptions {
-  pool: pg.Pool
+  database: DatabaseOptions
   /** Where the feed LISTENs, and which setting that address came from (for its logs and metrics). */
   listen: { connectionString: string, connectionName: string }
-  /** The pool's application_name: the change notifications this instance's writes cause carry it, and the feed skips them. */
-  writerName: string
-  /** How long the feed's probe may take to be sent through the pool (it may wait for a connection first). */
-  probeSendTimeoutMs: number
-  /** Checks each new feed connection like the pool's (db/servers.ts). */
-  onConnect: (client: pg.Client) => Promise<void>
   /** How often expired Idempotency-Key records are deleted, off the request path. */
   idempotencyCleanupMs: number
   registry: Registry
 }
 
 /**
- * The machinery every resource shares, over the pool: the change feed (started
- * once every resource has subscribed, when the app is ready) and the
- * Idempotency-Key store. Resources declare `dependencies: ['data']`.
+ * What every resource shares: the database, one change feed (started once every
+ * resource has subscribed, when the app is ready) and the Idempotency-Key store.
+ * Resources declare `dependencies: ['data']` and make their collections with
+ * `app.collection(...)`.
  */
 async function data (app: FastifyInstance, options: DataOptions): Promise<void> {
-  const { pool } = options
+  const db = new Database(options.database)
   const feed = new ChangeFeed({
     ...options.listen,
-    notify: notifyThrough(pool),
-    probeSendTimeoutMs: options.probeSendTimeoutMs,
-    ownWriterName: options.writerName,
+    notify: notifyThrough(db),
+    // As long as the pool itself lets the probe wait for a connection and run.
+    probeSendTimeoutMs: options.database.connectionTimeoutMs + options.database.statementTimeoutMs + 1000,
+    ownWriterName: options.database.applicationName,
     log: app.log,
-    onConnect: options.onConnect
+    onConnect: db.servers.register
   })
-  const idempotency = new IdempotencyStore(pool)
-  app.decorate('pool', pool)
+  db.servers.onMove(() => { feed.reconnectIf(client => db.servers.isStale(client)) })
+  const idempotency = new IdempotencyStore(db)
+  app.decorate('db', db)
   app.decorate('changeFeed', feed)
-  app.decorate('idempotency', idempotency)
+  app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions) =>
+    new Collection<New, T>({ db, feed, idempotency, registry: options.registry }, collection))
   app.addHook('onReady', async () => { feed.start() })
-  app.addHook('onClose', async () => { await feed.close() })
   idempotency.startCleanup(options.idempotencyCleanupMs, (err) => { app.log.warn({ err }, 'deleting expired idempotency keys failed') })
-  app.addHook('onClose', async () => { idempotency.stopCleanup() })
+  app.addHook('onClose', async () => {
+    idempotency.stopCleanup()
+    await feed.close()
+    await db.end()
+  })
 }
 
 export default fp(data, { name: 'data' })
