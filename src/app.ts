@@ -1,25 +1,22 @@
 import { randomBytes } from 'node:crypto'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Registry } from 'prom-client'
-import categories from './categories/index.js'
+import categories from './categories/routes.js'
 import type { Config } from './config.js'
-import { createPool } from './db/pool.js'
-import { DatabaseServers } from './db/servers.js'
 import { migrationNames } from './db/migrate.js'
 import auth from './http/auth.js'
-import { registerCachedListAnswers } from './http/cached-lists.js'
 import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
 import { ErrorSchema } from './http/errors.js'
 import { registerHealthRoutes } from './http/health.js'
 import { registerJsonBodyParser } from './http/json-body.js'
-import { registerMetrics } from './http/metrics.js'
 import { registerResponseHeaders, requestId, type Lifecycle } from './http/lifecycle.js'
-import { lazyRequestLogger } from './http/request-logger.js'
+import { registerMethodNotAllowed } from './http/method-not-allowed.js'
+import { createMetrics, registerPoolMetrics } from './http/metrics.js'
 import { registerOpenApi } from './http/openapi.js'
-import data from './plugins/data.js'
 import rateLimits from './http/rate-limit.js'
 import { registerSingletonHeaderCheck } from './http/singleton-headers.js'
 import { registerPetRoutes } from './pets/routes.js'
+import data from './plugins/data.js'
 import { registerStoreRoutes } from './store/routes.js'
 
 export interface AppOptions {
@@ -62,8 +59,6 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     logger: loggerOptions(config, options),
     // One log line per request (the onResponse hook below) instead of Fastify's two.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
-    // request.log's pino child is made only when a line is written (most requests write none at info).
-    childLoggerFactory: lazyRequestLogger,
     genReqId: requestId,
     trustProxy: config.trustProxy,
     bodyLimit: config.bodyLimitBytes,
@@ -88,31 +83,18 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
 
   const lifecycle: Lifecycle = { shuttingDown: false }
   app.decorate('lifecycle', lifecycle)
+  const { registry, durations } = createMetrics()
+  app.decorate('metrics', registry)
 
   registerResponseHeaders(app, lifecycle)
   registerErrorHandling(app)
   registerJsonBodyParser(app)
   // Before the rate limits and auth: a repeated Authorization is refused before any key is looked at.
   registerSingletonHeaderCheck(app)
-
-  // Unique per instance: the change notifications name the writer, so the list cache can skip the echo of its own creates.
-  const writerName = `petstore/${randomBytes(6).toString('hex')}`
-  // Every connection, the pool's and the change feed's, is checked against the server the database address leads to now.
-  const servers = new DatabaseServers((fields, message) => { app.log.warn(fields, message) })
-  const pool = createPool({ connectionString: config.databaseUrl, applicationName: writerName, max: config.db.poolMax, connectionTimeoutMs: config.db.connectionTimeoutMs, statementTimeoutMs: config.db.statementTimeoutMs, preparedStatements: config.db.preparedStatements, maxWaiting: config.db.maxWaiting, servers },
-    (err) => { app.log.warn({ err }, 'idle database connection failed') })
-  app.addHook('onClose', async () => { await pool.end() })
-  const { registry, durations } = registerMetrics(pool)
-  app.decorate('metrics', registry)
-  // Before any route: it finds the list routes as they are added.
-  registerCachedListAnswers(app, { lifecycle, durations, registry })
-  // One hook for everything that follows a response (each hook is a step of Fastify's runner on every request).
   app.addHook('onResponse', function requestCompleted (request, reply, done) {
     const ms = reply.elapsedTime
-    // The route pattern, not the raw URL, so ids do not explode the label set.
-    durations.observe(request.method, request.routeOptions.url ?? 'unmatched', reply.statusCode, ms / 1000)
-    // Failures and slow requests at info; the rest at debug: a log line per request is a measurable
-    // share of a cached GET (docs/performance.md), and the balancer and the metrics see every request.
+    durations.observe({ method: request.method, route: request.routeOptions.url ?? 'unmatched', status: reply.statusCode }, ms / 1000)
+    // Failures and slow requests at info; the rest at debug (the balancer and the metrics see every request).
     const level = reply.statusCode >= 400 || ms >= SLOW_REQUEST_MS ? 'info' : 'debug'
     request.log[level]({ req: request, statusCode: reply.statusCode, ms: Math.round(ms) }, 'request completed')
     done()
@@ -120,24 +102,33 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
 
   app.addSchema(ErrorSchema)
   await registerOpenApi(app)
-  // The failed-authentication and per-key limits: auth.ts's one access hook applies them around the key check (this plugin adds no hook).
-  await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit, redis: config.redis, registry: app.metrics })
+  // The failed-authentication and per-key limits: auth.ts's one access hook applies them around the key check.
+  await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit, redis: config.redis, registry })
   await app.register(auth, { digests: config.apiKeyDigests })
+  // After auth: a known path with another method is 405 only for a valid key.
+  registerMethodNotAllowed(app)
 
-  registerHealthRoutes(app, { pool, migrations: await migrationNames(), lifecycle })
-  // What every resource shares: the pool, one change feed, the Idempotency-Key store.
+  // What every resource shares: the database, one change feed, the Idempotency-Key store.
   await app.register(data, {
-    pool,
+    database: {
+      connectionString: config.databaseUrl,
+      // Unique per instance: the change notifications name the writer, so the list cache can skip the echo of its own creates.
+      applicationName: `petstore/${randomBytes(6).toString('hex')}`,
+      max: config.db.poolMax,
+      maxWaiting: config.db.maxWaiting,
+      connectionTimeoutMs: config.db.connectionTimeoutMs,
+      statementTimeoutMs: config.db.statementTimeoutMs,
+      log: (fields, message) => { app.log.warn(fields, message) }
+    },
     listen: config.databaseDirectUrl === undefined
       ? { connectionString: config.databaseUrl, connectionName: 'DATABASE_URL' }
       : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' },
-    writerName,
-    // As long as the pool itself lets the probe wait for a connection and run (query_timeout).
-    probeSendTimeoutMs: config.db.connectionTimeoutMs + config.db.statementTimeoutMs + 1000,
-    onConnect: servers.register,
     idempotencyCleanupMs: IDEMPOTENCY_CLEANUP_INTERVAL_MS,
-    registry: app.metrics
+    registry
   })
+  registerPoolMetrics(registry, app.db.pool)
+  registerHealthRoutes(app, { migrations: await migrationNames(), lifecycle })
+
   // The resources.
   await app.register(categories)
   registerPetRoutes(app, { sunset: config.petsSunset })

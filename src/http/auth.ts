@@ -1,5 +1,4 @@
 import { timingSafeEqual } from 'node:crypto'
-import type { IncomingMessage } from 'node:http'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import bearerAuth from '@fastify/bearer-auth'
 import fp from 'fastify-plugin'
@@ -23,8 +22,6 @@ export interface AccessLimits {
   failed: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
   /** A request with a valid key: undefined when nothing can refuse it, else a promise that rejects with 429. */
   verified: (request: FastifyRequest, reply: FastifyReply) => Promise<void> | undefined
-  /** False while `verified` would return undefined for any request (no limit can refuse a valid key now). */
-  mayRefuseVerified: () => boolean
 }
 
 declare module 'fastify' {
@@ -53,45 +50,6 @@ export function keyMatcher (digests: Buffer[]): (key: string) => Buffer | undefi
   }
 }
 
-/**
- * Equal strings, in a time that depends only on the length of `sent` (the
- * request's own header), never on where it first differs from `known`.
- */
-function sameText (sent: string, known: string): boolean {
-  const length = sent.length
-  // Of another length, `sent` is compared with itself: the same loop, and the answer is already no.
-  const other = known.length === length ? known : sent
-  let diff = known.length ^ length
-  for (let i = 0; i < length; i++) diff |= sent.charCodeAt(i) ^ other.charCodeAt(i)
-  return diff === 0
-}
-
-/** The last Authorization header this connection presented that held a valid key, and that key's digest. */
-interface Verified { header: string, digest: Buffer }
-const VERIFIED = Symbol('petstore.verifiedAuthorization')
-type Remembering = object & { [VERIFIED]?: Verified }
-
-/**
- * A keep-alive connection sends the same Authorization header on every request;
- * hashing it each time was the largest single cost of a cached GET
- * (docs/performance.md). So each connection remembers the last header that held
- * a valid key, and a request whose header equals it (compared in constant time:
- * behind a proxy one connection carries many clients) is that key again. Keys
- * are fixed for the life of the process, so a remembered header cannot go stale.
- * Returns that key's digest (cached-lists.ts reads it too, before Fastify).
- */
-export function rememberedKey (req: IncomingMessage): Buffer | undefined {
-  const header = req.headers.authorization
-  const known = (req.socket as Remembering | null)?.[VERIFIED]
-  return typeof header === 'string' && known !== undefined && sameText(header, known.header) ? known.digest : undefined
-}
-
-function remember (request: FastifyRequest, digest: Buffer): void {
-  const header = request.headers.authorization
-  const connection = request.raw.socket as Remembering | null
-  if (typeof header === 'string' && connection !== null) connection[VERIFIED] = { header, digest }
-}
-
 export function unauthorized (request: FastifyRequest): ApiError {
   // RFC 6750 section 3: error="invalid_token" only when a bearer token was actually sent.
   const sentToken = /^bearer\s+\S/i.test(request.headers.authorization ?? '')
@@ -105,10 +63,9 @@ export function unauthorized (request: FastifyRequest): ApiError {
  * check, and around it the limits of rate-limit.ts when that plugin is
  * registered: a request without a valid key is counted before its 401, and an
  * address over the failed-authentication limit gets 429 even with a valid key.
- * A header this connection already presented with a valid key is answered
- * synchronously (rememberedDigest); any other goes through @fastify/bearer-auth
- * (case-insensitive scheme, RFC 6749), whose key check is ours: the key's
- * SHA-256 compared in constant time with every configured digest.
+ * The key goes through @fastify/bearer-auth (case-insensitive scheme, RFC 6749),
+ * whose check is ours: the key's SHA-256 compared in constant time with every
+ * configured digest.
  */
 async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Promise<void> {
   const match = keyMatcher(options.digests)
@@ -145,20 +102,12 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
       done()
       return
     }
-    const known = rememberedKey(request.raw)
-    if (known !== undefined) {
-      request.apiKeyDigest = known
-      admit(request, reply, done)
-      return
-    }
     verify(request, reply, (err?: Error) => {
-      const digest = request.apiKeyDigest
-      if (err !== undefined || digest === null) {
+      if (err !== undefined || request.apiKeyDigest === null) {
         request.apiKeyDigest = null
         refuse(request, reply, done)
         return
       }
-      remember(request, digest)
       admit(request, reply, done)
     })
   })

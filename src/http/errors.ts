@@ -1,5 +1,5 @@
 import { Type, type Static, type TUnsafe } from '@sinclair/typebox'
-import { ref } from './shared-schemas.js'
+import { ref } from './schemas.js'
 
 /**
  * The error code of each status (docs/api.md, "Status and error codes"), including
@@ -79,23 +79,63 @@ export function errorForStatus (status: number, message: string): ApiError {
   return new ApiError(400, 'VALIDATION_FAILED', message)
 }
 
-/** Error responses for the OpenAPI document: every listed status answers with the Error schema. */
-const responseDescriptions: Record<number, string> = {
+export type ErrorStatus = keyof typeof ErrorCodes
+
+/** What each documented status means, in the OpenAPI document. */
+const RESPONSE_DESCRIPTIONS: Record<ErrorStatus, string> = {
   400: 'The request breaks a rule: the message names the field or problem',
   401: 'Missing or invalid API key',
   404: 'No such resource',
   405: 'Method not allowed on this path (see Allow)',
+  408: 'The request took too long to arrive',
   409: 'The same Idempotency-Key is still being processed (see Retry-After)',
   413: 'Request body is larger than the limit',
   415: 'Request body is not application/json',
   422: 'The Idempotency-Key was used with a different body',
   429: 'Too many requests (see Retry-After and RateLimit)',
+  431: 'Request headers are too large',
   500: 'Unexpected error',
   501: 'Not implemented yet',
   503: 'Database unreachable, shutting down or overloaded (see Retry-After)'
 }
 
-export function errorResponses (...statuses: number[]): Record<number, TUnsafe<ErrorBody>> {
-  return Object.fromEntries(statuses.map(status =>
-    [status, Type.Unsafe<ErrorBody>({ ...ref(ErrorSchema), description: responseDescriptions[status] ?? 'Error' })]))
+/** What the service answers for each status, unless an operation names its own (test/openapi.test.ts compares them with live answers). */
+const EXAMPLE_MESSAGES: Record<ErrorStatus, string> = {
+  400: 'the request URL is not valid',
+  401: 'an API key is required: send Authorization: Bearer <key>',
+  404: 'no route for GET /v1/nowhere',
+  405: 'DELETE is not allowed on /v1/categories; use GET, POST',
+  408: 'the request took too long to arrive',
+  409: 'a request with this Idempotency-Key is still being processed; retry later',
+  413: 'request body is larger than the limit',
+  415: 'Content-Type must be application/json',
+  422: 'this Idempotency-Key was already used with a different request body',
+  429: 'too many failed authentication attempts from this address; retry in 42 s',
+  431: 'request headers are too large',
+  500: 'internal error',
+  501: 'not implemented yet',
+  503: 'the database is unavailable; retry shortly'
+}
+
+/** An error response in a route's schema: the Error body, with its example for the OpenAPI document. */
+export interface ErrorResponse {
+  description: string
+  content: { 'application/json': { schema: TUnsafe<ErrorBody>, example?: ErrorBody, examples?: Record<string, { summary: string, value: ErrorBody }> } }
+}
+
+/** An example of its own for an operation's status: a message, or several bodies (e.g. a 400 of two codes). */
+export type ErrorExample = string | Array<{ summary: string, body: ErrorBody }>
+
+/**
+ * The error responses of a route's schema: each status answers with the Error schema and a true example
+ * (the status's own, or the operation's from `examples`).
+ */
+export function errorResponses (statuses: ErrorStatus[], examples: Partial<Record<ErrorStatus, ErrorExample>> = {}): Record<number, ErrorResponse> {
+  return Object.fromEntries(statuses.map(status => {
+    const example = examples[status] ?? EXAMPLE_MESSAGES[status]
+    const shown = typeof example === 'string'
+      ? { example: { code: ErrorCodes[status], message: example, status } }
+      : { examples: Object.fromEntries(example.map(({ summary, body }) => [body.code, { summary, value: body }])) }
+    return [status, { description: RESPONSE_DESCRIPTIONS[status], content: { 'application/json': { schema: ref(ErrorSchema), ...shown } } }]
+  }))
 }

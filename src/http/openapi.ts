@@ -1,7 +1,6 @@
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { ErrorCodes, MALFORMED_JSON, type ErrorBody } from './errors.js'
 
 export const API_VERSION = '1.0.0'
 
@@ -22,33 +21,6 @@ export const SERVERS = [
   serverUrl('Staging', 'https://staging.api.petstore.dev')
 ]
 
-/**
- * One true example per error status: what the service answers in that case (the
- * OpenAPI test compares them with live answers). Operations whose message differs
- * name their own below.
- */
-const ERROR_EXAMPLES: Record<number, string> = {
-  401: 'an API key is required: send Authorization: Bearer <key>',
-  409: 'a request with this Idempotency-Key is still being processed; retry later',
-  413: 'request body is larger than the limit',
-  415: 'Content-Type must be application/json',
-  422: 'this Idempotency-Key was already used with a different request body',
-  429: 'too many failed authentication attempts from this address; retry in 42 s',
-  500: 'internal error',
-  503: 'the database is unavailable; retry shortly'
-}
-const OPERATION_ERROR_EXAMPLES: Record<string, Record<number, string | Array<{ summary: string, body: ErrorBody }>>> = {
-  createCategory: {
-    400: [
-      { summary: 'A rule of NewCategory is broken', body: { code: 'VALIDATION_FAILED', message: "request body is missing the required member 'name'", status: 400 } },
-      { summary: 'The body is not JSON', body: { code: MALFORMED_JSON, message: 'request body is not valid JSON', status: 400 } }
-    ]
-  },
-  getCategory: { 400: "'id' must be a decimal integer from 1 to 9223372036854775807", 404: 'no category with id 42' },
-  getPet: { 400: 'the request URL is not valid', 501: 'getPet is not implemented yet' },
-  listOrders: { 501: 'listOrders is not implemented yet' }
-}
-
 /** What `x-stability` promises, shown to readers in the summary and description. */
 const STABILITY: Record<string, string> = {
   experimental: 'Experimental: may change incompatibly or disappear in any release, without a deprecation period.',
@@ -56,33 +28,26 @@ const STABILITY: Record<string, string> = {
 }
 
 interface Operation {
-  operationId?: string
   summary?: string
   description?: string
+  tags?: string[]
+  security?: unknown
   'x-stability'?: string
-  responses?: Record<string, { content?: Record<string, { example?: unknown, examples?: Record<string, { summary: string, value: unknown }> }> }>
 }
 
-/** Error examples and visible stability markers, added to the generated document. */
+/** Visible stability markers, added to the generated document. */
 function annotate (operation: Operation): void {
   const stability = operation['x-stability']
   if (stability !== undefined && STABILITY[stability] !== undefined) {
     operation.summary = `${operation.summary ?? ''} (${stability})`
     operation.description = `${STABILITY[stability]}${operation.description === undefined ? '' : `\n\n${operation.description}`}`
   }
-  for (const [status, response] of Object.entries(operation.responses ?? {})) {
-    const media = response.content?.['application/json']
-    const code = (ErrorCodes as Record<string, string | undefined>)[status]
-    if (media === undefined || code === undefined) continue
-    const own = OPERATION_ERROR_EXAMPLES[operation.operationId ?? '']?.[Number(status)]
-    if (Array.isArray(own)) {
-      media.examples = Object.fromEntries(own.map(({ summary, body }) => [body.code, { summary, value: body }]))
-      continue
-    }
-    const message = own ?? ERROR_EXAMPLES[Number(status)]
-    // A documented error status without a true example is a mistake in this file, found by the OpenAPI test.
-    if (message === undefined) throw new Error(`no error example for ${status} of ${operation.operationId ?? 'an operation'}`)
-    media.example = { code, message, status: Number(status) }
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Describes a tag that routes name in their schemas' `tags` (the document lists the tags its operations use). */
+    describeTag: (name: string, description: string) => void
   }
 }
 
@@ -106,6 +71,8 @@ export function docsContentSecurityPolicy (request: FastifyRequest): string {
  * relative to the servers, which end in /v1; operational routes are hidden.
  */
 export async function registerOpenApi (app: FastifyInstance): Promise<void> {
+  const tagDescriptions = new Map<string, string>()
+  app.decorate('describeTag', (name: string, description: string) => { tagDescriptions.set(name, description) })
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -117,11 +84,6 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
         license: { name: 'MIT', identifier: 'MIT' }
       },
       servers: SERVERS,
-      tags: [
-        { name: 'categories', description: 'Categories of pets' },
-        { name: 'pets', description: 'Pets (not implemented yet)' },
-        { name: 'store', description: 'Store orders (not implemented yet)' }
-      ],
       components: {
         securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'API key as a bearer token' } }
       },
@@ -133,9 +95,16 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
     transform: ({ schema, url }) => ({ schema, url: url.replace(/^\/v1(?=\/|$)/, '') }),
     transformObject: (document) => {
       const openapi = 'openapiObject' in document ? document.openapiObject : document.swaggerObject
+      const tags = new Set<string>()
       for (const item of Object.values(openapi.paths ?? {})) {
-        for (const operation of Object.values(item as Record<string, Operation>)) annotate(operation)
+        for (const operation of Object.values(item as Record<string, Operation>)) {
+          annotate(operation)
+          // Every path of the document is under /v1, where auth.ts asks every request for a key.
+          operation.security = [{ bearer: [] }]
+          for (const tag of operation.tags ?? []) tags.add(tag)
+        }
       }
+      openapi.tags = [...tags].map(name => ({ name, ...(tagDescriptions.has(name) ? { description: tagDescriptions.get(name) } : {}) }))
       return openapi
     }
   })

@@ -128,9 +128,7 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     reply.headers(rateLimitHeaders('per-key', state))
   }
 
-  // Until the first failure, no clock read (a cached GET's answer asks this every time).
-  const mayReadFailures = (): boolean => shared || (failuresMayCountUntil !== 0 && Date.now() < failuresMayCountUntil)
-  const mayRefuseVerified = (): boolean => perKey !== undefined || mayReadFailures()
+  const mayReadFailures = (): boolean => shared || Date.now() < failuresMayCountUntil
 
   function verified (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
     const readFailures = mayReadFailures()
@@ -138,7 +136,7 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     return verifiedSlowly(request, reply, readFailures)
   }
 
-  app.decorate('accessLimits', { failed, verified, mayRefuseVerified })
+  app.decorate('accessLimits', { failed, verified })
 }
 
 export default fp(rateLimits, { name: 'rate-limits' })

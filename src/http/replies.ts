@@ -1,10 +1,17 @@
+import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { CreateOutcome } from '../machinery/collection.js'
+import type { ListBody, ListSerializer } from '../machinery/list-cache.js'
+import { ID_PATTERN, MAX_ID, patternRules } from '../shared/text-rules.js'
+import { validationFailed } from './errors.js'
 
 /*
- * The replies every resource's list and create routes send the same way: a
- * cached list with its strong ETag (304 on If-None-Match), and a create's
- * committed answer, its own or remembered for an Idempotency-Key.
+ * The handlers every resource's list and create routes share: a cached list with
+ * its strong ETag (304 on If-None-Match), and a create's committed answer, its
+ * own or remembered for an Idempotency-Key.
  */
+
+const JSON_TYPE = 'application/json; charset=utf-8'
 
 /** If-None-Match (RFC 9110 13.1.2): `*`, or a list of tags compared weakly. */
 export function ifNoneMatchHits (header: string | undefined, etag: string): boolean {
@@ -18,54 +25,38 @@ export function ifNoneMatchHits (header: string | undefined, etag: string): bool
   return false
 }
 
-/** A serialized list (UTF-8 bytes) and its strong ETag. */
-export interface ListBody { body: Buffer, etag: string }
-
 /** 200 with the list, or 304 when If-None-Match names its tag; either way with its ETag and no-cache. */
 export function sendList (request: FastifyRequest, reply: FastifyReply, list: ListBody): void {
   reply.header('cache-control', 'no-cache').header('etag', list.etag)
-  if (ifNoneMatchHits(request.headers['if-none-match'], list.etag)) reply.code(304).send()
-  else reply.header('content-type', 'application/json; charset=utf-8').send(list.body)
-}
-
-/** A create's answer as committed with its Idempotency-Key record (already serialized). */
-export interface CommittedResponse { status: number, body: string, location: string | null }
-
-/** The committed answer: sent again as it is when `replayed` (with Idempotent-Replayed: true). */
-export async function sendCommitted (reply: FastifyReply, response: CommittedResponse, replayed: boolean): Promise<FastifyReply> {
-  if (response.location !== null) reply.header('location', response.location)
-  reply.code(response.status)
-  if (replayed) reply.header('idempotent-replayed', 'true')
-  return await reply.header('content-type', 'application/json; charset=utf-8').send(response.body)
+  if (ifNoneMatchHits(request.headers['if-none-match'], list.etag)) {
+    reply.code(304).send()
+    return
+  }
+  reply.header('content-type', JSON_TYPE).header('content-length', list.length)
+  // A long list is its parts, written one after another (list-cache.ts): never joined into one copy.
+  reply.send(Buffer.isBuffer(list.body) ? list.body : Readable.from(list.body, { objectMode: false }))
 }
 
 /** A resource's list as its routes see it (machinery/collection.ts has this shape). */
 export interface ListedResource<Row> {
-  cached: () => ListBody | undefined
-  list: (serialize: (rows: Row[]) => string) => Promise<ListBody>
+  list: (serialize: ListSerializer<Row>) => Promise<ListBody>
 }
 
-/** Set on every list handler: the resource whose cached list cached-lists.ts may answer before Fastify. */
-export const LISTED = Symbol('petstore.listedResource')
-export interface ListRouteHandler { [LISTED]?: { cached: () => ListBody | undefined } }
-
-/** GET of a resource's list: a cache hit is answered at once (no promise for Fastify to wait for), else read and sent. */
+/** GET of a resource's list: from its cache, serialized by the route's own compiled 200 schema. */
 export function listHandler<Row> (resource: ListedResource<Row>) {
-  return Object.assign(function sendResourceList (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
-    const hit = resource.cached()
-    if (hit !== undefined) {
-      sendList(request, reply, hit)
-      return
-    }
-    // The route's own compiled 200 serializer: the cached body is exactly what the schema would produce.
-    return resource.list(reply.getSerializationFunction('200') as unknown as (rows: Row[]) => string).then(list => { sendList(request, reply, list) })
-  }, { [LISTED]: resource })
+  return async function sendResourceList (request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    const list = await resource.list(reply.getSerializationFunction('200') as unknown as ListSerializer<Row>)
+    sendList(request, reply, list)
+  }
 }
+
+/** A create's answer as committed with its Idempotency-Key record (already serialized). */
+interface CommittedResponse { status: number, body: string, location: string | null }
 
 /** A resource's creates as its routes see them (machinery/collection.ts has this shape). */
 export interface CreatedResource<New, Row> {
   create: (input: New) => Promise<Row>
-  createIdempotent: (owner: Buffer, key: string, input: New, answer: (row: Row) => CommittedResponse) => Promise<{ kind: 'created' | 'replay', response: CommittedResponse }>
+  createIdempotent: (owner: Buffer, key: string, input: New, answer: (row: Row) => CommittedResponse) => Promise<CreateOutcome<Row>>
 }
 
 /**
@@ -79,12 +70,22 @@ export function createHandler<New, Row> (resource: CreatedResource<New, Row>, lo
     const key = request.headers['idempotency-key'] as string | undefined
     if (key === undefined) {
       const row = await resource.create(input)
-      await reply.code(201).header('location', location(row)).send(row)
+      reply.code(201).header('location', location(row)).send(row)
       return
     }
     const serialize = reply.getSerializationFunction('201') as unknown as (row: Row) => string
     const outcome = await resource.createIdempotent(request.apiKeyDigest as Buffer, key, input,
       row => ({ status: 201, body: serialize(row), location: location(row) }))
-    await sendCommitted(reply, outcome.response, outcome.kind === 'replay')
+    const { response } = outcome
+    if (response.location !== null) reply.header('location', response.location)
+    if (outcome.kind === 'replay') reply.header('idempotent-replayed', 'true')
+    reply.code(response.status).header('content-type', JSON_TYPE).send(response.body)
   }
+}
+
+/** An id from a path the route's schema checked (IdParams), as a BigInt within int64. */
+export function parseId (text: string): bigint {
+  const id = BigInt(text)
+  if (id > MAX_ID) throw validationFailed(`'id' ${patternRules[ID_PATTERN] ?? ''}`)
+  return id
 }
