@@ -184,6 +184,58 @@ t.test('a 201 on one instance is in the list on another within 100 ms', async t 
   }
 })
 
+t.test('a create on another instance is added to this one\'s list by id: no rebuild, the same bytes and tag everywhere', async t => {
+  await list(b)
+  const refreshes = await reads(b, 'refresh')
+  const appended = await reads(b, 'appended')
+  const ids = await Promise.all(['from A 1', 'from A 2', 'from A 3'].map(async name => await create(a, name)))
+  await until('B lists A\'s creates', async () => { const listed = (await list(b)).map(c => c.id); return ids.every(id => listed.includes(id)) })
+  t.equal(await reads(b, 'refresh'), refreshes, 'B did not rebuild its list')
+  t.ok(await reads(b, 'appended') > appended, 'B added the rows it was told of')
+  const onA = await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  const onB = await b.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  t.equal(onB.body, await expectedBody(), 'byte for byte the table\'s list')
+  t.equal(onB.headers.etag, onA.headers.etag, 'the same tag on both instances')
+  t.equal(onB.headers.etag, sha1Tag(onB.body), 'the SHA-1 of the bytes')
+})
+
+t.test('rows that commit out of id order are listed in id order on every instance, without a rebuild', async t => {
+  await list(a)
+  await list(b)
+  const refreshes = { a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }
+  // A transaction takes an id, and commits only after later ids have committed through both instances.
+  const early = new pg.Client({ connectionString: db.url })
+  await early.connect()
+  t.teardown(async () => { await early.end() })
+  await early.query('BEGIN')
+  const { rows } = await early.query<{ id: string }>("INSERT INTO categories (name) VALUES ('taken early, committed late') RETURNING id::text")
+  const earlyId = Number(rows[0]?.id)
+  const later = [await create(a, 'later on A'), await create(b, 'later on B'), await create(a, 'later on A again')]
+  t.ok(later.every(id => id > earlyId), 'the later creates have higher ids')
+  for (const app of [a, b]) await until('both list the later creates', async () => { const listed = (await list(app)).map(c => c.id); return later.every(id => listed.includes(id)) })
+  await early.query('COMMIT')
+  for (const app of [a, b]) await until('both list the early id', async () => (await list(app)).some(c => c.id === earlyId))
+  const expected = await expectedBody()
+  const answers = await Promise.all([a, b].map(async app => await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })))
+  t.same(answers.map(res => res.body === expected), [true, true], 'each instance\'s list is byte for byte the table\'s, in id order')
+  t.equal(answers[0]?.headers.etag, answers[1]?.headers.etag, 'with the same tag')
+  t.same({ a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }, refreshes, 'neither rebuilt its list')
+})
+
+t.test('a change the notification cannot name drops the list: an insert of too many rows, an update', async t => {
+  for (const change of [
+    "INSERT INTO categories (name) SELECT 'many ' || i FROM generate_series(1, 2000) AS i",
+    "UPDATE categories SET name = 'renamed' WHERE name = 'later on A again'"
+  ]) {
+    await list(b)
+    const refreshes = await reads(b, 'refresh')
+    await admin.query(change)
+    await until('B rebuilt its list', async () => { await list(b); return await reads(b, 'refresh') > refreshes })
+    t.equal((await b.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })).body, await expectedBody(), change.split(' ')[0] ?? '')
+  }
+  await admin.query("DELETE FROM categories WHERE name LIKE 'many %'")
+})
+
 t.test('listener killed: the list comes from the database until the feed is back, then from the cache', async t => {
   await list(a)
   const drops = await metric(a, 'categories_change_feed_drops')
@@ -225,7 +277,7 @@ t.test('the list cache on its own: own rows committed while a build reads the ta
     getMany: async (ids) => await table.getMany(ids),
     getRange: async (from, to) => await table.getRange(from, to)
   }
-  const { cache, close } = categoryListCache(heldTable, { connectionString: dbUrl, notify: notifyThrough(db), ownWriterName: writerName, log: { warn () {}, info () {} }, registry })
+  const { cache, close } = categoryListCache(heldTable, { connectionString: dbUrl, notify: notifyThrough(db), log: { warn () {}, info () {} }, registry })
   t.teardown(close)
   await until('the cache listens', async () => cache.listening)
   const serialize = (rows: Category[]): string => `[${rows.map(categoryJson).join(',')}]`
@@ -355,3 +407,4 @@ t.test('a list longer than one chunk (1000 rows) is read in chunks and comes out
   t.equal(short.body, await expectedBody(), 'a list that shrank')
   t.equal(short.headers.etag, sha1Tag(short.body))
 })
+

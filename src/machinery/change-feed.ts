@@ -21,13 +21,6 @@ export interface ChangeFeedOptions {
    * pool): the feed proves it hears by sending itself a probe this way.
    */
   notify: (channel: string, payload: string) => Promise<void>
-  /**
-   * The application_name of this instance's own pool. The trigger sends the
-   * writer's application_name as the payload, so a notification carrying this
-   * name is the echo of a change this instance made and has already applied
-   * itself; it is skipped. Unset: every notification counts.
-   */
-  ownWriterName?: string
   log: Log
   minBackoffMs?: number
   maxBackoffMs?: number
@@ -62,14 +55,13 @@ export function notifyThrough (db: Database): ChangeFeedOptions['notify'] {
   return async (channel, payload) => { await db.query('SELECT pg_notify($1, $2)', [channel, payload], { bounded: false }) }
 }
 
-/** One channel's subscriber: told of every change announced on it, and whenever the feed starts or stops hearing. */
-export interface Subscription {
-  readonly channel: string
-  /** Notifications on this channel skipped as the echo of this instance's own writes. */
-  readonly ownEchoes: number
+/** One channel's subscriber: handed every payload announced on it, and told whenever the feed starts or stops hearing. */
+export interface Subscriber {
+  /** A notification on the channel, with its payload. */
+  notified: (payload: string) => void
+  /** The feed starts or stops hearing: what it heard, or missed, is not known. */
+  invalidate: () => void
 }
-
-interface Subscriber { channel: string, ownEchoes: number, onChange: () => void }
 
 const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/
 
@@ -131,18 +123,12 @@ export class ChangeFeed {
     this.deafRetryMs = options.deafRetryMs ?? 10 * 60 * 1000
   }
 
-  /**
-   * Listens on `channel` too (before start: the channels are LISTENed on each new connection). `onChange` is
-   * called on every notification there that is not this instance's own echo, and whenever the feed starts
-   * or stops hearing (a cache cannot trust itself then).
-   */
-  subscribe (channel: string, onChange: () => void): Subscription {
+  /** Listens on `channel` too (before start: the channels are LISTENed on each new connection). */
+  subscribe (channel: string, subscriber: Subscriber): void {
     if (this.started) throw new Error('subscribe to the change feed before it starts')
     if (!CHANNEL_NAME.test(channel) || channel === PROBE_CHANNEL) throw new Error(`not a channel name for the change feed: ${channel}`)
     if (this.subscribers.has(channel)) throw new Error(`the change feed already has a subscriber on ${channel}`)
-    const subscriber: Subscriber = { channel, ownEchoes: 0, onChange }
     this.subscribers.set(channel, subscriber)
-    return subscriber
   }
 
   start (): void {
@@ -152,7 +138,7 @@ export class ChangeFeed {
 
   /** Every subscriber's cache must be dropped: the feed starts or stops hearing, so what it heard (or missed) is not known. */
   private changedEverywhere (): void {
-    for (const subscriber of this.subscribers.values()) subscriber.onChange()
+    for (const subscriber of this.subscribers.values()) subscriber.invalidate()
   }
 
   /** Reconnects when the listening connection is one `stale` names (db/servers.ts: the database address moved). */
@@ -206,14 +192,10 @@ export class ChangeFeed {
     client.on('error', drop)
     client.on('end', () => { drop(new Error('listening connection ended')) })
     client.on('notification', (message) => {
-      const kind = notificationKind(message.channel, message.payload ?? '', {
-        awaitedProbe: this.awaitedProbe?.payload,
-        subscribed: channel => this.subscribers.has(channel),
-        ownWriterName: this.options.ownWriterName
-      })
+      const payload = message.payload ?? ''
+      const kind = notificationKind(message.channel, payload, { awaitedProbe: this.awaitedProbe?.payload, subscribed: channel => this.subscribers.has(channel) })
       if (kind === 'awaited-probe') this.awaitedProbe?.heard()
-      else if (kind === 'own-echo') (this.subscribers.get(message.channel) as Subscriber).ownEchoes++
-      else if (kind === 'change') (this.subscribers.get(message.channel) as Subscriber).onChange()
+      else if (kind === 'change') this.subscribers.get(message.channel)?.notified(payload)
     })
     try {
       await client.connect()
@@ -284,14 +266,12 @@ export class ChangeFeed {
 
 /**
  * What a notification means to the feed: the echo of the probe it waits for; another probe (an older
- * one, another instance's, or one on a change channel from an earlier version), ignored; the echo of
- * this instance's own write (the payload is its pool's application_name), skipped; a change to a
- * subscribed channel; or nothing it listens for.
+ * one, another instance's, or one on a change channel), ignored; a change to a subscribed channel; or
+ * nothing it listens for.
  */
-export function notificationKind (channel: string, payload: string, state: { awaitedProbe: string | undefined, subscribed: (channel: string) => boolean, ownWriterName: string | undefined }): 'awaited-probe' | 'other-probe' | 'own-echo' | 'change' | 'unsubscribed' {
+export function notificationKind (channel: string, payload: string, state: { awaitedProbe: string | undefined, subscribed: (channel: string) => boolean }): 'awaited-probe' | 'other-probe' | 'change' | 'unsubscribed' {
   if (payload.startsWith(PROBE_PREFIX)) return channel === PROBE_CHANNEL && payload === state.awaitedProbe ? 'awaited-probe' : 'other-probe'
   if (!state.subscribed(channel)) return 'unsubscribed'
-  if (state.ownWriterName !== undefined && payload === state.ownWriterName) return 'own-echo'
   return 'change'
 }
 

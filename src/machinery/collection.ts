@@ -55,7 +55,7 @@ export class Collection<New extends object, T extends Row> {
 
   /** Committed, and already in this instance's list. */
   async create (input: New): Promise<T> {
-    return await this.batcher.create(input)
+    return await this.cache.writing(this.batcher.create(input))
   }
 
   /**
@@ -67,11 +67,11 @@ export class Collection<New extends object, T extends Row> {
     const hash = digestOf(this.columns.map(column => (input as Record<string, unknown>)[column] ?? null))
     let outcome
     try {
-      outcome = await this.services.idempotency.execute(owner, this.options.createOperation, key, hash, async (client: pg.ClientBase) => {
+      outcome = await this.cache.writing(this.services.idempotency.execute(owner, this.options.createOperation, key, hash, async (client: pg.ClientBase) => {
         const row = await this.table.insertWith(client, input)
         const response = answer(row)
         return { result: { row, response }, response }
-      })
+      }))
     } catch (err) {
       // A refusal wrote nothing; any other failure may have committed before its answer was lost.
       if (!isIdempotencyRefusal(err)) this.cache.invalidate()

@@ -1,7 +1,7 @@
 import { createHash, type Hash } from 'node:crypto'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import { Counter, Gauge, type Registry } from 'prom-client'
-import type { ChangeFeed, Subscription } from './change-feed.js'
+import type { ChangeFeed } from './change-feed.js'
 
 /** What a list cache holds: rows with a bigint id, listed in id order. */
 export interface Row { id: bigint }
@@ -24,6 +24,9 @@ export interface ListBody { body: Buffer | readonly Buffer[], length: number, et
 
 /** The route's own serializer of an array of rows (fast-json-stringify): the cached bytes are what the schema writes. */
 export type ListSerializer<T> = (rows: T[]) => string
+
+/** What notify_table_insert() announces (migrations): the inserted ids, ascending, comma-separated. */
+const INSERTED_IDS = /^[0-9]{1,19}(,[0-9]{1,19})*$/
 
 /** Ids per segment: a segment holds the rows whose id / SEGMENT_IDS is its key. */
 const SEGMENT_IDS = 1024n
@@ -48,7 +51,7 @@ interface Entry { segments: Segment[], prefixes: Hash[], validPrefixes: number, 
 type ReadSource = 'cache' | 'appended' | 'refresh' | 'database'
 
 /** A change the cache must apply before the reads that come after it: rows it was handed, or ids it was told of. */
-type Change = { rows: Row[] } | { ids: bigint[] }
+type Change = { rows: Row[] } | { ids: bigint[] } | { keys: bigint[] }
 
 function items (array: string): string {
   if (array[0] !== '[' || array[array.length - 1] !== ']') throw new Error('the list serializer did not write a JSON array')
@@ -201,6 +204,10 @@ export class ListCache<T extends Row> {
   private announced = 0
   private applied = 0
   private working: Promise<void> | undefined
+  /** Notifications whose rows the list already had (the echoes of this instance's own creates). */
+  private echoes = 0
+  /** This instance's creates under way: a notification can arrive before the create's own answer does. */
+  private readonly writes = new Set<Promise<unknown>>()
   private serialize: ListSerializer<T> | undefined
   private readonly feed: ChangeFeed
   /** Reads by source, plain numbers: the Counter reads them when scraped. */
@@ -208,8 +215,8 @@ export class ListCache<T extends Row> {
 
   constructor (private readonly source: ListSource<T>, options: ListCacheOptions) {
     this.feed = options.feed
-    const subscription = options.feed.subscribe(options.channel, () => { this.invalidate() })
-    if (options.registry !== undefined) registerMetrics(options, this.reads, subscription)
+    options.feed.subscribe(options.channel, { notified: payload => { this.notified(payload) }, invalidate: () => { this.invalidate() } })
+    if (options.registry !== undefined) registerMetrics(options, this.reads, () => this.echoes)
   }
 
   /** True while the cache may be used (the change feed hears). */
@@ -225,12 +232,27 @@ export class ListCache<T extends Row> {
 
   /** Rows this instance has committed. Must be called before their 201s are sent: the next read on this instance lists them. */
   created (rows: readonly T[]): void {
-    if (rows.length > 0) this.announce({ rows: [...rows].sort(byId) })
+    if (rows.length === 0) return
+    const sorted = [...rows].sort(byId)
+    // Added at once (a notification of these rows may be waiting for them: their echo); during a build, after it.
+    if (this.entry === undefined || this.serialize === undefined) this.announce({ rows: sorted })
+    else for (const key of this.add(sorted)) this.announce({ keys: [key] })
   }
 
-  /** Rows another instance committed, by id: read from the database and added before the next read. */
-  notified (ids: readonly bigint[]): void {
-    if (ids.length > 0) this.announce({ ids: [...ids] })
+  /** A notification on the table's channel: the ids an insert committed (read and added before the next read), or anything else (dropped). */
+  private notified (payload: string): void {
+    if (INSERTED_IDS.test(payload)) this.announce({ ids: payload.split(',').map(BigInt) })
+    else this.invalidate()
+  }
+
+  /** Runs an own create: rows announced meanwhile are looked for among its rows before they are read from the database. */
+  async writing<R> (write: Promise<R>): Promise<R> {
+    this.writes.add(write)
+    try {
+      return await write
+    } finally {
+      this.writes.delete(write)
+    }
   }
 
   /** The list, from the cache when the feed hears, else from the database; `serialize` writes an array of rows as the route's schema does. */
@@ -341,15 +363,32 @@ export class ListCache<T extends Row> {
 
   private async apply (change: Change, generation: number): Promise<void> {
     let rows = 'rows' in change ? change.rows as T[] : undefined
+    if ('keys' in change) {
+      await this.reread(change.keys, generation)
+      return
+    }
     if (rows === undefined) {
-      const missing = (change as { ids: bigint[] }).ids.filter(id => !this.has(id))
-      if (missing.length === 0) return
+      const { ids } = change as { ids: bigint[] }
+      if (this.writes.size > 0 && ids.some(id => !this.has(id))) {
+        await Promise.allSettled([...this.writes])
+        if (generation !== this.generation) return
+      }
+      const missing = ids.filter(id => !this.has(id))
+      if (missing.length === 0) {
+        this.echoes++
+        return
+      }
       rows = await this.source.getMany(missing)
       if (generation !== this.generation) return
       // Announced, committed, and gone already: a delete is on its way; until then nothing is certain.
       if (rows.length !== missing.length) throw new Error('an announced row no longer exists')
     }
-    for (const key of this.add(rows)) {
+    await this.reread(this.add(rows), generation)
+  }
+
+  /** Reads the segments of these keys again from the database (rows fell between their rows). */
+  private async reread (keys: bigint[], generation: number): Promise<void> {
+    for (const key of keys) {
       const range = await this.source.getRange(key * SEGMENT_IDS, (key + 1n) * SEGMENT_IDS)
       if (generation !== this.generation) return
       this.replace(key, range)
@@ -417,7 +456,7 @@ function joined (a: Segment, b: Segment): Segment {
   return { key: a.key, ids, bytes: Buffer.concat([a.bytes, COMMA, b.bytes]) }
 }
 
-function registerMetrics (options: ListCacheOptions, reads: Record<ReadSource, number>, subscription: Subscription): void {
+function registerMetrics (options: ListCacheOptions, reads: Record<ReadSource, number>, echoes: () => number): void {
   const registers = [options.registry as Registry]
   const prefix = options.metricPrefix
   const feed = options.feed
@@ -436,7 +475,7 @@ function registerMetrics (options: ListCacheOptions, reads: Record<ReadSource, n
   new Gauge({ name: `${prefix}_change_feed_drops`, help: 'Times the change feed connection was lost, could not be made, or was found deaf', registers, collect () { this.set(feed.drops) } })
   new Gauge({ name: `${prefix}_change_feed_probes_missed`, help: 'Probe notifications the change feed sent through the pool and did not hear in time', registers, collect () { this.set(feed.probesMissed) } })
   new Gauge({ name: `${prefix}_change_feed_echo_seconds`, help: 'Time from sending the change feed\'s last heard probe notification to its echo', registers, collect () { this.set(feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000) } })
-  new Gauge({ name: `${prefix}_change_feed_own_echoes`, help: 'Notifications skipped because they announced this instance\'s own writes', registers, collect () { this.set(subscription.ownEchoes) } })
+  new Gauge({ name: `${prefix}_change_feed_own_echoes`, help: 'Notifications that announced only rows the cached list already had (this instance\'s own creates)', registers, collect () { this.set(echoes()) } })
   new Gauge({ name: `${prefix}_change_feed_connection_info`, help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)', labelNames: ['connection'], registers, collect () { this.labels(feed.connectionName).set(1) } })
   /* eslint-enable no-new */
 }

@@ -40,7 +40,6 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
     notify: notifyThrough(db),
     // As long as the pool itself lets the probe wait for a connection and run.
     probeSendTimeoutMs: options.database.connectionTimeoutMs + options.database.statementTimeoutMs + 1000,
-    ownWriterName: options.database.applicationName,
     log: app.log,
     onConnect: db.servers.register
   })
