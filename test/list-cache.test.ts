@@ -408,3 +408,15 @@ t.test('a list longer than one chunk (1000 rows) is read in chunks and comes out
   t.equal(short.headers.etag, sha1Tag(short.body))
 })
 
+t.test('a list over a megabyte is sent whole, as its parts, with its length and tag', async t => {
+  await admin.query("INSERT INTO categories (name) SELECT 'long list ' || repeat('x', 90) || i FROM generate_series(1, 15000) AS i")
+  const expected = await expectedBody()
+  t.ok(Buffer.byteLength(expected) > 1024 * 1024, 'the list is over a megabyte')
+  await until('A lists every row', async () => (await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })).body === expected)
+  const res = await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  t.equal(res.statusCode, 200)
+  t.equal(res.headers['content-length'], String(Buffer.byteLength(expected)))
+  t.equal(res.body, expected)
+  t.equal(res.headers.etag, sha1Tag(res.body))
+  await admin.query("DELETE FROM categories WHERE name LIKE 'long list %'")
+})

@@ -25,16 +25,17 @@ export function ifNoneMatchHits (header: string | undefined, etag: string): bool
   return false
 }
 
-/** 200 with the list, or 304 when If-None-Match names its tag; either way with its ETag and no-cache. */
-export function sendList (request: FastifyRequest, reply: FastifyReply, list: ListBody): void {
+/**
+ * 200 with the list, or 304 when If-None-Match names its tag; either way with its ETag and no-cache.
+ * Returns the reply, a thenable: an async handler that sends a stream must await it (or return it), or
+ * Fastify ends the reply empty when the handler's promise resolves.
+ */
+export function sendList (request: FastifyRequest, reply: FastifyReply, list: ListBody): FastifyReply {
   reply.header('cache-control', 'no-cache').header('etag', list.etag)
-  if (ifNoneMatchHits(request.headers['if-none-match'], list.etag)) {
-    reply.code(304).send()
-    return
-  }
+  if (ifNoneMatchHits(request.headers['if-none-match'], list.etag)) return reply.code(304).send()
   reply.header('content-type', JSON_TYPE).header('content-length', list.length)
   // A long list is its parts, written one after another (list-cache.ts): never joined into one copy.
-  reply.send(Buffer.isBuffer(list.body) ? list.body : Readable.from(list.body, { objectMode: false }))
+  return reply.send(Buffer.isBuffer(list.body) ? list.body : Readable.from(list.body, { objectMode: false }))
 }
 
 /** A resource's list as its routes see it (machinery/collection.ts has this shape). */
@@ -46,7 +47,7 @@ export interface ListedResource<Row> {
 export function listHandler<Row> (resource: ListedResource<Row>) {
   return async function sendResourceList (request: FastifyRequest, reply: FastifyReply): Promise<void> {
     const list = await resource.list(reply.getSerializationFunction('200') as unknown as ListSerializer<Row>)
-    sendList(request, reply, list)
+    await sendList(request, reply, list)
   }
 }
 
