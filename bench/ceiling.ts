@@ -6,11 +6,13 @@
  * CEILING_DATA names a JSON file of the rows to serve (written by run.ts,
  * the same rows it seeds into the other servers).
  *
- * With CEILING_BODY=buffer it is the Fastify floor instead: GET sends the list
- * as one Buffer serialized once, with its ETag (and 304 on If-None-Match), as
- * the service's cached list does, but with no hook at all: what Fastify alone
- * costs on the service's fastest path.
+ * With CEILING_BODY=buffer it is the Fastify floor instead: a plain Fastify app
+ * that checks the same bearer key with @fastify/bearer-auth, as its README
+ * shows, and answers GET with the list as one Buffer serialized once, with its
+ * ETag (and 304 on If-None-Match): the framework's own limit for the
+ * service's cached list, with nothing of the service around it.
  */
+import bearerAuth from '@fastify/bearer-auth'
 import { Type } from '@sinclair/typebox'
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
@@ -33,6 +35,7 @@ app.addSchema(NewCategorySchema)
 app.addSchema(CategorySchema)
 
 if (env.CEILING_BODY === 'buffer') {
+  await app.register(bearerAuth, { keys: new Set((env.API_KEYS ?? '').split(',')) })
   const body = Buffer.from(JSON.stringify(rows))
   const etag = `"${createHash('sha1').update(body).digest('base64url')}"`
   app.get('/v1/categories', async (request, reply) => {

@@ -10,7 +10,8 @@ export const LIST_CHUNK_ROWS = 1000
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
 
 function toRow<T extends Row> (record: Record<string, unknown>): T {
-  for (const key of Object.keys(record)) if (record[key] === null) delete record[key]
+  // undefined, not delete: the serializer skips it alike, and every row keeps one shape (a delete costs V8 its fast path).
+  for (const key of Object.keys(record)) if (record[key] === null) record[key] = undefined
   return record as T
 }
 
