@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process'
-import { chmod, chown, cp, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises'
+import { chmod, chown, cp, mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
 import path from 'node:path'
 import t from 'tap'
 import { isAlive } from '../src/db/data-dir-lock.js'
@@ -16,15 +17,20 @@ t.setTimeout(240000)
 const asRoot = process.getuid?.() === 0
 const repo = process.cwd()
 
-/** A checkout in a fresh 0700 directory: the files `npm start` needs, node_modules hard-linked (same file system). */
+/**
+ * A checkout in a fresh 0700 directory: the files `npm start` needs, node_modules hard-linked
+ * (copied when the temporary directory is on another file system). Under the system's temporary
+ * directory, not this repository: the repository may itself be in a directory only its owner can
+ * enter (a clone under /root), which another user could then never reach.
+ */
 async function privateCheckout (owner?: { uid: number, gid: number }): Promise<string> {
-  await mkdir(path.join(repo, '.cache'), { recursive: true })
-  const outer = await mkdtemp(path.join(repo, '.cache', 'private-'))
+  const outer = await mkdtemp(path.join(tmpdir(), 'petstore-private-'))
   t.teardown(async () => { await rm(outer, { recursive: true, force: true }) })
   const app = path.join(outer, 'app')
   await mkdir(app)
   for (const entry of ['src', 'migrations', 'package.json', 'tsconfig.json']) await cp(path.join(repo, entry), path.join(app, entry), { recursive: true })
-  execFileSync('cp', ['-al', path.join(repo, 'node_modules'), path.join(app, 'node_modules')])
+  const sameFileSystem = (await stat(repo)).dev === (await stat(outer)).dev
+  execFileSync('cp', [sameFileSystem ? '-al' : '-a', path.join(repo, 'node_modules'), path.join(app, 'node_modules')])
   if (owner !== undefined) {
     // The hard links share their inodes with the repository's: only the directories are given to the user.
     await chown(outer, owner.uid, owner.gid)

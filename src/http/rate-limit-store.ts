@@ -1,21 +1,41 @@
-import { createRequire } from 'node:module'
+import type { FastifyRateLimitOptions, FastifyRateLimitStore, FastifyRateLimitStoreCtor } from '@fastify/rate-limit'
 import type { FastifyBaseLogger } from 'fastify'
-import { Redis } from 'ioredis'
+import { Redis, type Result } from 'ioredis'
 import { Counter, Gauge, type Registry } from 'prom-client'
+import { LruMap } from 'toad-cache'
 
 type Counted = { current: number, ttl: number }
 type Callback = (err: Error | null, result?: Counted) => void
-interface PluginStore {
-  incr: (key: string, cb: Callback, timeWindow: number, max: number) => void
-  read: (key: string, cb: Callback, timeWindow: number, max: number) => void
-}
-type StoreClass = new (continueExceeding: boolean, exponentialBackoff: boolean, ...rest: unknown[]) => PluginStore
 
-// @fastify/rate-limit's own stores (it exports neither): LocalStore is the per-instance counter the
-// service always used; RedisStore counts with one Lua script (INCR, PEXPIRE on the first hit), atomic across instances.
-const require = createRequire(import.meta.url)
-const LocalStore = require('@fastify/rate-limit/store/LocalStore.js') as StoreClass
-const RedisStore = require('@fastify/rate-limit/store/RedisStore.js') as StoreClass
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    rateLimitIncr: (key: string, timeWindowMs: number) => Result<[number, number], Context>
+    rateLimitRead: (key: string) => Result<[number, number], Context>
+  }
+}
+
+/**
+ * One atomic step on the Redis server, so parallel checks on several instances
+ * cannot both pass: a fixed window that opens at a key's first hit, as in memory.
+ * A key without an expiry (never written by this script) gets one too, so no
+ * address can be refused forever. Answers the count and the window's time left.
+ */
+const INCR_SCRIPT = `
+local count = redis.call('INCR', KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  ttl = tonumber(ARGV[1])
+end
+return {count, ttl}`
+
+/** The same answer without counting: {0, 0} when no window is open. */
+const READ_SCRIPT = `
+local count = redis.call('GET', KEYS[1])
+if not count then return {0, 0} end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then ttl = 0 end
+return {tonumber(count), ttl}`
 
 /** Every key the service writes to Redis starts with this. */
 const REDIS_KEY_PREFIX = 'petstore:rate-limit:'
@@ -23,6 +43,8 @@ const REDIS_KEY_PREFIX = 'petstore:rate-limit:'
 const RETRY_AFTER_FAILURE_MS = 1000
 /** At start, the longest wait for a first Redis connection; without one, limits count per instance until it comes. */
 const STARTUP_WAIT_MS = 1000
+/** Addresses or keys one limit remembers on this instance: the plugin's in-memory store's default. */
+const LOCAL_KEYS_PER_LIMIT = 5000
 
 export interface SharedStoreOptions {
   url: string
@@ -38,19 +60,44 @@ function redisAddress (url: string): string {
   return `${parsed.hostname}:${parsed.port === '' ? '6379' : parsed.port}`
 }
 
+interface Window { count: number, openedAt: number }
+
 /**
- * A store for @fastify/rate-limit that counts in Redis, so that every instance
- * of a deployment shares each limit exactly, and fails open to this instance's
- * own counters when Redis is unreachable, errs or does not answer within
- * timeoutMs. The per-instance counters are always kept, so a Redis outage
- * falls back to exactly the limits a deployment without Redis has (never to no
- * limit at all, which is what the plugin's skipOnError does). Recovery needs
- * no restart: the client reconnects by itself and the next request uses Redis.
+ * One limit's counters on this instance, counted as the plugin's in-memory
+ * store counts (a fixed window from a key's first hit, the least recently
+ * seen key forgotten first), so a Redis outage falls back to exactly the
+ * limits of a deployment without Redis.
+ */
+class LocalCounters {
+  private readonly windows = new LruMap<Window>(LOCAL_KEYS_PER_LIMIT)
+
+  incr (key: string, timeWindow: number): Counted {
+    const now = Date.now()
+    let window = this.windows.get(key)
+    if (window === undefined || window.openedAt + timeWindow <= now) window = { count: 0, openedAt: now }
+    window.count++
+    this.windows.set(key, window)
+    return { current: window.count, ttl: window.openedAt + timeWindow - now }
+  }
+
+  read (key: string, timeWindow: number): Counted {
+    const now = Date.now()
+    const window = this.windows.get(key)
+    if (window === undefined || window.openedAt + timeWindow <= now) return { current: 0, ttl: 0 }
+    return { current: window.count, ttl: window.openedAt + timeWindow - now }
+  }
+}
+
+/**
+ * Rate-limit counting in Redis, so that every instance of a deployment shares
+ * each limit exactly, failing open to this instance's own counters when Redis
+ * is unreachable, errs or does not answer within timeoutMs. The per-instance
+ * counters are always kept, so an outage falls back to the per-instance limits
+ * (never to no limit at all, which is what the plugin's skipOnError does).
+ * Recovery needs no restart: the client reconnects by itself and the next
+ * request uses Redis. `storeClass()` is what the plugin's `store` option takes.
  */
 export class SharedRateLimitStore {
-  // Both limits in one LRU: twice the 5000 entries each had in its own store before.
-  private readonly local = new LocalStore(false, false, 10000)
-  private readonly shared: PluginStore
   private readonly client: Redis
   private readonly address: string
   private readonly timeoutMs: number
@@ -81,7 +128,8 @@ export class SharedRateLimitStore {
       enableAutoPipelining: true,
       lazyConnect: true
     })
-    this.shared = new RedisStore(false, false, this.client, REDIS_KEY_PREFIX)
+    this.client.defineCommand('rateLimitIncr', { numberOfKeys: 1, lua: INCR_SCRIPT })
+    this.client.defineCommand('rateLimitRead', { numberOfKeys: 1, lua: READ_SCRIPT, readOnly: true })
     this.up = new Gauge({ name: 'rate_limit_redis_up', help: '1 while rate limits count in Redis (deployment-wide), 0 while they count per instance', registers: [options.registry] })
     this.fallbacks = new Counter({ name: 'rate_limit_redis_fallbacks_total', help: 'Rate-limit checks counted on this instance alone because Redis failed or was too slow', registers: [options.registry] })
     this.up.set(1)
@@ -113,23 +161,37 @@ export class SharedRateLimitStore {
     this.client.disconnect(false) // no QUIT round trip: Redis may be the thing that is hanging
   }
 
-  incr (key: string, cb: Callback, timeWindow: number, max: number): void {
-    this.local.incr(key, (_err, local) => {
-      this.preferRedis('incr', key, timeWindow, max, cb, () => { cb(null, local) })
-    }, timeWindow, max)
-  }
+  /**
+   * The plugin's documented custom store: it constructs the class with its
+   * options, and calls child() once per limit (createRateLimit). Each limit
+   * keeps its own counters on this instance; all share this connection. The
+   * plugin's `{ increment: false }` calls read(). Keys already name their
+   * limit, so a Redis key is the prefix and the key.
+   */
+  storeClass (): FastifyRateLimitStoreCtor {
+    const shared = this
+    return class RedisFirstStore implements FastifyRateLimitStore {
+      private readonly local = new LocalCounters()
 
-  read (key: string, cb: Callback, timeWindow: number, max: number): void {
-    this.preferRedis('read', key, timeWindow, max, cb, () => { this.local.read(key, cb, timeWindow, max) })
-  }
+      constructor (private readonly options: FastifyRateLimitOptions) {}
 
-  /** Both limiters share one store: their keys already name the limit. */
-  child (): this {
-    return this
+      incr (key: string, callback: Callback, timeWindow: number): void {
+        const local = this.local.incr(key, timeWindow)
+        shared.preferRedis('incr', key, timeWindow, callback, () => { callback(null, local) })
+      }
+
+      read (key: string, callback: Callback, timeWindow: number): void {
+        shared.preferRedis('read', key, timeWindow, callback, () => { callback(null, this.local.read(key, timeWindow)) })
+      }
+
+      child (): FastifyRateLimitStore {
+        return new RedisFirstStore(this.options)
+      }
+    }
   }
 
   /** Redis's answer when it gives one in time; otherwise this instance's. */
-  private preferRedis (method: 'incr' | 'read', key: string, timeWindow: number, max: number, cb: Callback, locally: () => void): void {
+  private preferRedis (method: 'incr' | 'read', key: string, timeWindow: number, cb: Callback, locally: () => void): void {
     if (!this.redisUsable()) {
       this.fallbacks.inc()
       locally()
@@ -146,18 +208,22 @@ export class SharedRateLimitStore {
         locally()
       })
     }, this.timeoutMs)
-    this.shared[method](key, (err, shared) => {
+    const answer = method === 'incr'
+      ? this.client.rateLimitIncr(REDIS_KEY_PREFIX + key, timeWindow)
+      : this.client.rateLimitRead(REDIS_KEY_PREFIX + key)
+    answer.then(([current, ttl]) => {
       if (settled) return
       settled = true
       clearTimeout(timer)
-      if (err === null && shared !== undefined) {
-        this.markAvailable()
-        cb(null, shared)
-        return
-      }
-      this.failed(err?.message ?? 'no answer')
+      this.markAvailable()
+      cb(null, { current, ttl })
+    }, (err: unknown) => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      this.failed(err instanceof Error ? err.message : 'no answer')
       locally()
-    }, timeWindow, max)
+    })
   }
 
   private redisUsable (): boolean {

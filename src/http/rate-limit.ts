@@ -69,8 +69,7 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     const shared = new SharedRateLimitStore({ ...options.redis, log: app.log, registry: options.registry })
     await shared.connect()
     app.addHook('onClose', async () => { await shared.close() })
-    // The plugin constructs its store itself; a constructor that returns an object yields that object.
-    store = function sharedStore () { return shared } as unknown as FastifyRateLimitStoreCtor
+    store = shared.storeClass()
   }
   await app.register(rateLimit, { global: false, ...(store === undefined ? {} : { store }) })
 

@@ -105,6 +105,20 @@ t.test('Redis holds no API key and no digest API_KEY_SHA256 would accept; addres
   t.ok(keys.every(k => k.startsWith('petstore:rate-limit:')), 'every key under one prefix')
 })
 
+t.test('every counter in Redis expires with its window, even one left without an expiry', async t => {
+  const redis = await testRedis(t)
+  const [{ app }] = await instances(t, redis, 1, { RATE_LIMIT_WINDOW_MS: '120000' }) as [Instance]
+  const client = redis.client()
+  t.equal(await get(app, BAD, '192.0.2.70'), 401)
+  const ttl = await client.pttl('petstore:rate-limit:auth-failures:192.0.2.70')
+  t.ok(ttl > 110000 && ttl <= 120000, `the first failure opens a window of RATE_LIMIT_WINDOW_MS (${ttl} ms left)`)
+  // A counter without an expiry would refuse its address forever; the next hit gives it the window.
+  await client.set('petstore:rate-limit:auth-failures:192.0.2.71', '100')
+  t.equal(await get(app, BAD, '192.0.2.71'), 429, 'counted on the stray counter')
+  const healed = await client.pttl('petstore:rate-limit:auth-failures:192.0.2.71')
+  t.ok(healed > 110000 && healed <= 120000, `and it expires with the window (${healed} ms left)`)
+})
+
 t.test('Redis stopped: per-instance limits, a warning and a metric; Redis back: shared again, no restart', async t => {
   const password = 's3cret-pa55word'
   const redis = await testRedis(t, { password })
