@@ -51,6 +51,21 @@ t.test('batcher: a lone create goes at once; creates that arrive meanwhile share
   t.equal(histogram.find(v => (v as { metricName?: string }).metricName === 'widgets_insert_batch_rows_count')?.value, 3, 'three batches, under the resource\'s prefix')
 })
 
+t.test('batcher: with maxInFlight, that many batches run at once from one queue', async t => {
+  const inserter = heldInserter()
+  const batcher = new CreateBatcher<string, Item>(inserter, { maxRows: 1, maxInFlight: 3 })
+  const created = ['a', 'b', 'c', 'd', 'e'].map(async name => await batcher.create(name))
+  await turn()
+  t.same(inserter.batches.map(b => b.inputs), [['a'], ['b'], ['c']], 'three batches of one row go at once')
+  inserter.batches[1]?.commit()
+  await turn()
+  t.same(inserter.batches.map(b => b.inputs), [['a'], ['b'], ['c'], ['d']], 'a finished batch makes room for the next')
+  for (const batch of inserter.batches) batch.commit()
+  await turn()
+  inserter.batches[4]?.commit()
+  t.same((await Promise.all(created)).map(r => r.name), ['a', 'b', 'c', 'd', 'e'])
+})
+
 t.test('batcher: a failed batch fails each of its creates, tells the observer, and the next batch still goes', async t => {
   const inserter = heldInserter()
   const told: string[] = []

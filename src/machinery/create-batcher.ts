@@ -80,8 +80,10 @@ export class CreateBatcher<New, Created> {
   }
 
   private flush (): void {
-    if (this.inFlight >= this.maxInFlight || this.queue.length === 0) return
-    const batch = this.queue.splice(0, this.maxRows)
+    while (this.inFlight < this.maxInFlight && this.queue.length > 0) this.insert(this.queue.splice(0, this.maxRows))
+  }
+
+  private insert (batch: Array<PendingCreate<New, Created>>): void {
     this.inFlight++
     this.batchRows?.observe(batch.length)
     this.repository.insertBatch(batch.map(pending => pending.input)).then(
