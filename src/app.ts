@@ -112,7 +112,7 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
   await app.register(data, {
     database: {
       connectionString: config.databaseUrl,
-      // Unique per instance: the change notifications name the writer, so the list cache can skip the echo of its own creates.
+      // Unique per instance: each instance's sessions can be told apart in pg_stat_activity.
       applicationName: `petstore/${randomBytes(6).toString('hex')}`,
       max: config.db.poolMax,
       maxWaiting: config.db.maxWaiting,

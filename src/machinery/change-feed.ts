@@ -67,9 +67,9 @@ const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/
 
 /**
  * One dedicated connection (not from the pool) that LISTENs on the change
- * channels of every subscriber (each table's trigger notifies its own channel
- * with the writer's application_name), and proves that it hears them: a LISTEN that succeeded
- * proves nothing behind a transaction pooler, which runs it on some server
+ * channels of every subscriber (each table's triggers notify its own channel),
+ * and proves that it hears them: a LISTEN that succeeded proves nothing behind
+ * a transaction pooler, which runs it on some server
  * connection and then hands that connection to other clients (the notifications
  * are dropped), while every query on the listening connection still succeeds.
  *
