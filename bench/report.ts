@@ -90,7 +90,7 @@ export function markdownReport (results: Measurement[], notes: string[], info: R
     `- service built from ${info.builtFrom}`,
     `- service: \`${['node', ...benchServiceNodeArgs(), 'dist/server.js'].join(' ')}\`, NODE_ENV=production, LOG_LEVEL=${info.settings.logLevel}, metrics on (METRICS_PORT on a free port), SHUTDOWN_DRAIN_MS=0; naive, express, hono, bun: no request logging; raw, ceiling: no logging, no database`,
     '',
-    '## Targets (issues 4 and 12)',
+    '## Targets (bench/scenarios.ts)',
     '',
     '| scenario | target | measured | verdict |',
     '|---|---|---|---|',
@@ -156,7 +156,7 @@ export function ratiosSvg (results: Measurement[]): string {
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="${width}" height="${height}" fill="#ffffff"/>`,
-    '<text x="10" y="22" font-size="15" font-weight="bold">Service throughput ratios (bars) and the targets of issues 4 and 12 (black ticks)</text>'
+    '<text x="10" y="22" font-size="15" font-weight="bold">Service throughput ratios (bars) and their targets (black ticks)</text>'
   ]
   for (let v = 0; v <= max; v += 0.5) {
     parts.push(`<line x1="${x(v)}" y1="${top - 4}" x2="${x(v)}" y2="${top + bars.length * rowHeight}" stroke="${v === 1 ? '#888888' : '#e4e4e4'}"/>`)
