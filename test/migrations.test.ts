@@ -2,7 +2,6 @@ import { PG_MIGRATE_LOCK_ID } from 'node-pg-migrate'
 import pg from 'pg'
 import t from 'tap'
 import { migrationNames, runMigrations } from '../src/db/migrate.js'
-import { testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
 
