@@ -3,8 +3,9 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import fp from 'fastify-plugin'
 import { MALFORMED_JSON, errorResponses, notFound } from '../http/errors.js'
-import { createHandler, listHandler, parseId } from '../http/replies.js'
-import { IdParams, IdempotencyKeyHeaders, NotModified, ref } from '../http/schemas.js'
+import { Int64IdParams, int64IdValidatorCompiler } from '../http/int64-id.js'
+import { createHandler, listHandler } from '../http/replies.js'
+import { IdempotencyKeyHeaders, NotModified, ref } from '../http/schemas.js'
 import { CategorySchema, NewCategorySchema, type Category, type NewCategory } from './schemas.js'
 
 const tags = ['categories']
@@ -58,14 +59,15 @@ async function categories (app: FastifyInstance): Promise<void> {
       description: 'Experimental extension of the interface.',
       'x-stability': 'experimental',
       tags,
-      params: IdParams,
+      params: Int64IdParams,
       response: {
         200: ref(CategorySchema, { description: 'The category with this id' }),
         ...errorResponses([400, 401, 404, 429, 500, 503], { 400: "'id' must be a decimal integer from 1 to 9223372036854775807", 404: 'no category with id 42' })
       }
-    }
+    },
+    validatorCompiler: int64IdValidatorCompiler(app)
   }, async (request) => {
-    const id = parseId(request.params.id)
+    const id = request.params.id
     const category = await categories.get(id)
     if (category === undefined) throw notFound(`no category with id ${id}`)
     return category

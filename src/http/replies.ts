@@ -2,8 +2,6 @@ import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { CreateOutcome } from '../machinery/collection.js'
 import type { ListBody, ListSerializer } from '../machinery/list-cache.js'
-import { ID_PATTERN, MAX_ID, patternRules } from '../shared/text-rules.js'
-import { validationFailed } from './errors.js'
 
 /*
  * The handlers every resource's list and create routes share: a cached list with
@@ -82,11 +80,4 @@ export function createHandler<New, Row> (resource: CreatedResource<New, Row>, lo
     if (outcome.kind === 'replay') reply.header('idempotent-replayed', 'true')
     reply.code(response.status).header('content-type', JSON_TYPE).send(response.body)
   }
-}
-
-/** An id from a path the route's schema checked (IdParams), as a BigInt within int64. */
-export function parseId (text: string): bigint {
-  const id = BigInt(text)
-  if (id > MAX_ID) throw validationFailed(`'id' ${patternRules[ID_PATTERN] ?? ''}`)
-  return id
 }

@@ -1,5 +1,5 @@
 import { Type, type Static, type TSchema, type TUnsafe } from '@sinclair/typebox'
-import { ID_PATTERN, IDEMPOTENCY_KEY_PATTERN } from '../shared/text-rules.js'
+import { IDEMPOTENCY_KEY_PATTERN } from '../shared/text-rules.js'
 
 /*
  * Schemas every resource's routes use, so that a resource states only what is its own.
@@ -23,11 +23,6 @@ export const Int64Id = Type.Unsafe<bigint>({
   description: 'Unique id from a bigserial column; any int64 value up to 9223372036854775807, always an exact JSON integer',
   examples: [1]
 })
-
-/** The id in a path (`/:id`); the upper bound 2^63-1 is checked as a BigInt (parseId). */
-export const IdParams = Type.Object({
-  id: Type.String({ pattern: ID_PATTERN, description: 'A decimal integer from 1 to 9223372036854775807' })
-}, { additionalProperties: false })
 
 /** The Idempotency-Key header of a create. */
 export const IdempotencyKeyHeaders = Type.Object({

@@ -1,0 +1,25 @@
+import { parseArgs } from 'node:util'
+import { CLIENT_TYPES, DOCUMENT, check, generate } from './published-interface.js'
+
+/*
+ * The published interface from the command line (scripts/published-interface.ts):
+ *
+ *   generate                      writes openapi.json and the client's types (npm run api:generate)
+ *   check                         fails when either is stale, or when the served document breaks a
+ *                                 stable operation of the base document (npm run api:check)
+ *   check --base F --document G   only the breaking-change check, between two files
+ */
+
+const { positionals, values } = parseArgs({ allowPositionals: true, options: { base: { type: 'string' }, document: { type: 'string' } } })
+if (positionals[0] === 'generate') {
+  await generate()
+  console.log(`wrote ${DOCUMENT} and ${CLIENT_TYPES}`)
+} else if (positionals[0] === 'check') {
+  const { errors, notes } = await check(values)
+  for (const note of notes) console.log(note)
+  for (const error of errors) console.error(error)
+  if (errors.length > 0) process.exitCode = 1
+} else {
+  console.error('usage: api-files.ts generate | check [--base FILE] [--document FILE]')
+  process.exitCode = 2
+}
