@@ -12,7 +12,7 @@ const Name = Type.String({
 })
 
 const Description = Type.String({
-  minLength: 0,
+  // No minLength 0: it says nothing, and Portman's length fuzzing would send a valid empty description expecting 400.
   maxLength: 2000,
   pattern: DESCRIPTION_PATTERN,
   description: `Free text: 0 to 2000 Unicode code points; tab, line feed and carriage return are the only control characters allowed. ${NO_LONE_SURROGATES} Stored exactly as sent.`,

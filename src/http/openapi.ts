@@ -1,8 +1,15 @@
+import { readFile } from 'node:fs/promises'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 
 export const API_VERSION = '1.0.0'
+
+/**
+ * The Postman collection generated from this document (`npm run postman:generate`, committed;
+ * a test keeps it current), served beside it. The same path from src/ and from dist/.
+ */
+export const POSTMAN_COLLECTION_FILE = new URL('../../postman/petstore.postman_collection.json', import.meta.url)
 
 const serverUrl = (description: string, baseUrl: string): { url: string, description: string, variables: Record<string, { default: string, description: string }> } => ({
   url: '{base_url}/v1',
@@ -119,4 +126,8 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
     })
   })
   app.get('/docs/openapi.json', { schema: { hide: true } }, async () => app.swagger())
+  // Read once, at start: a missing file stops the start rather than answering 500 later.
+  const collection = await readFile(POSTMAN_COLLECTION_FILE)
+  app.get('/docs/petstore.postman_collection.json', { schema: { hide: true } }, async (_request, reply) =>
+    reply.type('application/json; charset=utf-8').header('content-disposition', 'attachment; filename="petstore.postman_collection.json"').send(collection))
 }
