@@ -32,8 +32,6 @@ COPY package.json package-lock.json ./
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY migrations ./migrations
-# Served at /docs/petstore.postman_collection.json (read at start).
-COPY postman/petstore.postman_collection.json ./postman/
 USER node
 EXPOSE 3000 9464
 # The slim image has no curl/wget; Node 24's global fetch does the probe.

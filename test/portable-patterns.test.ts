@@ -1,5 +1,6 @@
 import { spawnSync } from 'node:child_process'
 import t, { type Test } from 'tap'
+import { parse as parseYaml } from 'yaml'
 import { AUTH, testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
@@ -124,6 +125,15 @@ t.test('every pattern in the served document keeps to the portable subset', asyn
   }
 })
 
+t.test('/docs/yaml holds the same patterns, with no character YAML 1.2 allows only escaped', async t => {
+  const res = await app.inject({ method: 'GET', url: '/docs/yaml' })
+  t.equal(res.statusCode, 200)
+  // YAML's printable set: tab, LF, CR, U+0020-U+007E, NEL, U+00A0-U+D7FF, U+E000-U+FFFD and astral code points.
+  const unprintable = [...res.body].filter(c => !/^[\t\n\r\u0020-\u007e\u0085\u00a0-\ud7ff\ue000-\ufffd]$/.test(c) && !(c.length === 2))
+  t.same(unprintable.map(ascii), [], 'no raw DEL, C0 or C1 control (PyYAML refuses the file)')
+  t.same(parseYaml(res.body), doc, 'the YAML reads as the JSON document')
+})
+
 /* ---------- The table: one string per class, with what the name and description rules say ---------- */
 
 interface Row { label: string, value: string, name: boolean, description: boolean }
@@ -218,10 +228,10 @@ t.test('the server gives the same verdicts, and refuses lone surrogates the patt
 const python = spawnSync('python3', ['--version'], { encoding: 'utf8' })
 const pythonMissing = python.error === undefined && python.status === 0 ? false : 'python3 is not installed: the JavaScript checks above ran, the Python checks are skipped'
 /** Whether python3 can import `module` (a reason to skip when it cannot). */
-const pythonModule = (module: string, what: string): false | string => {
+const pythonModule = (module: string, what: string, pip = module.replace(/_/g, '-')): false | string => {
   if (pythonMissing !== false) return pythonMissing
   const probe = spawnSync('python3', ['-c', `import ${module}`], { encoding: 'utf8' })
-  return probe.status === 0 ? false : `python3 has no ${module} module: the ${what} check is skipped (pip install ${module.replace(/_/g, '-')} runs it)`
+  return probe.status === 0 ? false : `python3 has no ${module} module: the ${what} check is skipped (pip install ${pip} runs it)`
 }
 
 /** Runs a Python script with `input` as JSON on stdin; its stdout is JSON. */
@@ -285,6 +295,19 @@ json.dump(out, sys.stdout)
     const js = new RegExp(pattern, 'u')
     t.same(strings.filter((s, k) => verdicts[i]?.[k] !== js.test(s)).map(ascii), [], `${pointer}: pydantic (Rust regex) agrees on ${strings.length} strings`)
   })
+})
+
+t.test('PyYAML, strict about YAML 1.2 characters, reads /docs/yaml as the JSON document', { skip: pythonModule('yaml', 'PyYAML', 'PyYAML') }, async t => {
+  const yamlText = (await app.inject({ method: 'GET', url: '/docs/yaml' })).body
+  const script = `
+import json, sys, yaml
+data = json.load(sys.stdin)
+try:
+    json.dump(yaml.safe_load(data["yaml"]) == data["json"], sys.stdout)
+except yaml.YAMLError as e:
+    json.dump(str(e)[:300], sys.stdout)
+`
+  t.equal(runPython(t, script, { yaml: yamlText, json: doc }), true)
 })
 
 t.test('openapi-spec-validator, the Python reference validator, accepts the served document', { skip: pythonModule('openapi_spec_validator', 'openapi-spec-validator') }, async t => {

@@ -38,7 +38,7 @@ t.test('it is current: Portman on the document served now gives the same file', 
   const documentFile = path.join(dir, 'openapi.json')
   await writeFile(documentFile, (await app.inject({ method: 'GET', url: '/docs/openapi.json' })).body)
   const fresh = await generateCollection(documentFile)
-  t.ok(fresh === served.body, 'the served collection equals a fresh one; run `npm run postman:generate` and commit postman/petstore.postman_collection.json')
+  t.ok(fresh === served.body, 'the served collection equals a fresh one; run `npm run postman:generate` and commit src/http/petstore.postman_collection.json')
 })
 
 t.test('contract tests on every operation: status, content type, JSON body, schema', async t => {
