@@ -18,6 +18,7 @@ import { registerSingletonHeaderCheck } from './http/singleton-headers.js'
 import { registerPetRoutes } from './pets/routes.js'
 import data from './plugins/data.js'
 import { registerStoreRoutes } from './store/routes.js'
+import { wellFormedPattern } from './shared/text-rules.js'
 
 export interface AppOptions {
   /** Where log lines go (tests capture them); stdout by default. */
@@ -77,7 +78,15 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     frameworkErrors,
     ajv: {
       // The contract forbids coercing types and silently dropping unknown members.
-      customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false, formats: { int64: true } }
+      customOptions: {
+        coerceTypes: false,
+        removeAdditional: false,
+        useDefaults: false,
+        allErrors: false,
+        formats: { int64: true },
+        // Every pattern also refuses lone surrogates, which a portable pattern cannot say.
+        code: { regExp: wellFormedPattern }
+      }
     }
   })
 

@@ -1,8 +1,27 @@
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
+import postmanCollection from './petstore.postman_collection.json' with { type: 'json' }
 
 export const API_VERSION = '1.0.0'
+
+/**
+ * The Postman collection generated from this document (`npm run postman:generate`, committed;
+ * a test keeps it current), served beside it. Imported, so that it goes wherever the code goes
+ * (tsc copies it into dist/), and written out as the file is.
+ */
+const POSTMAN_COLLECTION = `${JSON.stringify(postmanCollection, null, 2)}\n`
+
+/**
+ * YAML 1.2 allows DEL and the C1 controls other than NEL only escaped, and the yaml package
+ * swagger-ui's /docs/yaml uses writes them raw (the patterns hold them as characters): strict
+ * parsers (PyYAML) refuse the file. Inside a double-quoted scalar, \xNN is their escape.
+ */
+const YAML_DOUBLE_QUOTED = /"(?:[^"\\]|\\.)*"/g
+const YAML_UNPRINTABLE = /[\u007F-\u0084\u0086-\u009F]/g
+export function escapeYamlControls (yaml: string): string {
+  return yaml.replace(YAML_DOUBLE_QUOTED, scalar => scalar.replace(YAML_UNPRINTABLE, c => `\\x${c.charCodeAt(0).toString(16)}`))
+}
 
 const serverUrl = (description: string, baseUrl: string): { url: string, description: string, variables: Record<string, { default: string, description: string }> } => ({
   url: '{base_url}/v1',
@@ -110,7 +129,10 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
   })
   // Its own scope, so that the hook below only runs for the reference page and its files.
   await app.register(async docs => {
-    docs.addHook('onSend', async (request, reply) => { reply.header('content-security-policy', docsContentSecurityPolicy(request)) })
+    docs.addHook('onSend', async (request, reply, payload) => {
+      reply.header('content-security-policy', docsContentSecurityPolicy(request))
+      return request.routeOptions.url === '/docs/yaml' && typeof payload === 'string' ? escapeYamlControls(payload) : payload
+    })
     await docs.register(swaggerUi, {
       routePrefix: '/docs',
       // Vendor extensions (x-stability) are listed under each operation. No top bar: its logo
@@ -119,4 +141,6 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
     })
   })
   app.get('/docs/openapi.json', { schema: { hide: true } }, async () => app.swagger())
+  app.get('/docs/petstore.postman_collection.json', { schema: { hide: true } }, async (_request, reply) =>
+    reply.type('application/json; charset=utf-8').header('content-disposition', 'attachment; filename="petstore.postman_collection.json"').send(POSTMAN_COLLECTION))
 }

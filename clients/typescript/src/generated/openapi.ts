@@ -110,12 +110,12 @@ export interface components {
         /** NewCategory */
         NewCategory: {
             /**
-             * @description Display name: 1 to 255 Unicode code points, at least one non-whitespace character, no control characters. Stored exactly as sent.
+             * @description Display name: 1 to 255 Unicode code points, at least one non-whitespace character, no control characters (C0, DEL, C1; a trailing line feed included). No lone surrogates (a UTF-16 surrogate code unit outside a valid pair, which only a \u escape in JSON can make): the server refuses them with 400, a pattern cannot say it portably. Stored exactly as sent.
              * @example Dogs
              */
             name: string;
             /**
-             * @description Free text: 0 to 2000 Unicode code points; tab, line feed and carriage return are the only control characters allowed. Stored exactly as sent.
+             * @description Free text: 0 to 2000 Unicode code points; tab, line feed and carriage return are the only control characters allowed. No lone surrogates (a UTF-16 surrogate code unit outside a valid pair, which only a \u escape in JSON can make): the server refuses them with 400, a pattern cannot say it portably. Stored exactly as sent.
              * @example Loyal companions
              */
             description?: string;
@@ -129,12 +129,12 @@ export interface components {
              */
             id: bigint;
             /**
-             * @description Display name: 1 to 255 Unicode code points, at least one non-whitespace character, no control characters. Stored exactly as sent.
+             * @description Display name: 1 to 255 Unicode code points, at least one non-whitespace character, no control characters (C0, DEL, C1; a trailing line feed included). No lone surrogates (a UTF-16 surrogate code unit outside a valid pair, which only a \u escape in JSON can make): the server refuses them with 400, a pattern cannot say it portably. Stored exactly as sent.
              * @example Dogs
              */
             name: string;
             /**
-             * @description Free text: 0 to 2000 Unicode code points; tab, line feed and carriage return are the only control characters allowed. Stored exactly as sent.
+             * @description Free text: 0 to 2000 Unicode code points; tab, line feed and carriage return are the only control characters allowed. No lone surrogates (a UTF-16 surrogate code unit outside a valid pair, which only a \u escape in JSON can make): the server refuses them with 400, a pattern cannot say it portably. Stored exactly as sent.
              * @example Loyal companions
              */
             description?: string;
