@@ -114,7 +114,7 @@ rc=0; run_pod "$work/job.json" "$migrate" >"$work/migrate.log" 2>&1 || rc=$?
 "$engine" rm -f "$migrate" >/dev/null
 # As compose's one-shot job: a database that cannot be reached is exit 1 and a failed hook.
 rc=0; run_pod "$work/job.json" "$migrate" --env "DATABASE_URL=postgres://petstore:$pg_password@nowhere.invalid:5432/petstore" >"$work/migrate.log" 2>&1 || rc=$?
-[ "$rc" = 1 ] && pass "unreachable database: exit 1 ($(tail -1 "$work/migrate.log" | cut -c1-120))" || fail "unreachable database: exit $rc"
+[ "$rc" = 1 ] && pass "unreachable database: exit 1 ($(grep -m1 -oE "getaddrinfo [A-Z_]+ [^ ]+|ECONNREFUSED|ENOTFOUND" "$work/migrate.log" || head -1 "$work/migrate.log"))" || fail "unreachable database: exit $rc"
 "$engine" rm -f "$migrate" >/dev/null
 
 step "the Deployment's container"
