@@ -81,6 +81,22 @@ t.test('every rendered object is valid against the Kubernetes API schemas', asyn
     ['every option', everything],
     ['an existing Secret, no autoscaler, no metrics', await render([], ['secret.existingSecret=petstore-env', 'autoscaling.enabled=false', 'metrics.enabled=false', 'migration.enabled=false'])]
   ]
+  // What a production team sets, one value at a time.
+  const oneByOne = [
+    'image.tag=1.2.3', 'image.digest=sha256:' + 'a'.repeat(64), 'replicaCount=4', 'autoscaling.enabled=false', 'autoscaling.maxReplicas=10',
+    'secret.existingSecret=petstore-env', 'secret.databaseDirectUrl=postgres://u:p@db:5432/petstore', 'secret.redisUrl=redis://redis:6379',
+    'config.trustProxy=true', 'config.logLevel=warn', 'args={node,--max-old-space-size=1024,dist/server.js}',
+    'service.type=LoadBalancer', 'metrics.enabled=false', 'metrics.service.enabled=true', 'metrics.serviceMonitor.enabled=true',
+    'networkPolicy.enabled=true', 'podDisruptionBudget.enabled=false', 'migration.enabled=false', 'topologySpread.enabled=false',
+    'terminationGracePeriodSeconds=60', 'resources.limits.memory=1Gi'
+  ]
+  for (const set of oneByOne) {
+    const lint = await helmRun(['lint', '--strict', chart, '--set', set])
+    t.equal(lint.code, 0, `helm lint --strict --set ${set}: ${lint.stderr}`)
+    sets.push([set, await render([], [set])])
+  }
+  const typed = await helmRun(['lint', '--strict', chart, '--set', 'extraEnv.DB_POOL_MAX=20'])
+  t.not(typed.code, 0, 'extraEnv takes strings (--set-string), as the environment does')
   for (const [label, objects] of sets) {
     for (const object of objects) {
       await t.resolves(validateAgainstSchema(object), `${label}: ${object.kind} ${object.metadata.name}`)
