@@ -49,7 +49,8 @@ async function privateDir (dir: string): Promise<string> {
 async function cacheBase (): Promise<string> {
   if (process.env.KUBE_TOOLS_DIR !== undefined) return await privateDir(process.env.KUBE_TOOLS_DIR)
   try {
-    await privateDir(path.join(root, '.cache'))
+    // .cache itself keeps its mode: other tests hand parts of it to other users.
+    await mkdir(path.join(root, '.cache'), { recursive: true })
     return await privateDir(path.join(root, '.cache', 'kube-tools'))
   } catch {
     return await privateDir(path.join(os.tmpdir(), `petstore-kube-tools-${process.getuid?.() ?? 'user'}`))
