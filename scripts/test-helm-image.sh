@@ -116,6 +116,13 @@ rc=0; run_pod "$work/job.json" "$migrate" >"$work/migrate.log" 2>&1 || rc=$?
 rc=0; run_pod "$work/job.json" "$migrate" --env "DATABASE_URL=postgres://petstore:$pg_password@nowhere.invalid:5432/petstore" >"$work/migrate.log" 2>&1 || rc=$?
 [ "$rc" = 1 ] && pass "unreachable database: exit 1 ($(grep -m1 -oE "getaddrinfo [A-Z_]+ [^ ]+|ECONNREFUSED|ENOTFOUND" "$work/migrate.log" || head -1 "$work/migrate.log"))" || fail "unreachable database: exit $rc"
 "$engine" rm -f "$migrate" >/dev/null
+# The chart installed without its secrets: the hook fails at once, naming what is missing.
+"$helm" template rel deploy/helm/petstore "${values[@]}" --set-string image.repository="${image%:*}" --set-string image.tag="${image##*:}" >"$work/bare.yaml" || die "helm template without secrets"
+node --import tsx scripts/pod-to-docker.ts "$work/bare.yaml" Job >"$work/bare-job.json" || die "the bare Job's pod"
+rc=0; run_pod "$work/bare-job.json" "$migrate" >"$work/migrate.log" 2>&1 || rc=$?
+if [ "$rc" = 1 ] && grep -q 'requires DATABASE_URL and API_KEYS or API_KEY_SHA256' "$work/migrate.log"; then pass "no secrets set: exit 1, $(tail -1 "$work/migrate.log")"
+else cat "$work/migrate.log"; fail "no secrets set: exit $rc"; fi
+"$engine" rm -f "$migrate" >/dev/null
 
 step "the Deployment's container"
 read -r api_port metrics_port <<<"$(free_ports 2)"
