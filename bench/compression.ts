@@ -18,6 +18,7 @@
  */
 import { execFile, execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
+import { readFile } from 'node:fs/promises'
 import http from 'node:http'
 import net from 'node:net'
 import { promisify } from 'node:util'
@@ -198,6 +199,10 @@ async function bigList (postgres: Postgres, lines: string[]): Promise<void> {
     const counts = await Promise.all(['gzip', 'br'].map(async c => await metricValue(server, `categories_list_compressions_total{encoding="${c}"}`)))
     // Per coding: first, next and first after a create through the link, and the check here: two versions.
     lines.push('', `categories_list_compressions_total: gzip ${counts[0] ?? 0}, br ${counts[1] ?? 0}, for 4 GETs of each coding over two list versions`, '')
+  } catch (err) {
+    // The service's own account of what went wrong, before its temporary directory goes.
+    log(`failed; the service's last log lines:\n${(await readFile(server.logFile, 'utf8').catch(() => '')).split('\n').slice(-20).join('\n')}`)
+    throw err
   } finally {
     await relayed.close()
     link.remove()
