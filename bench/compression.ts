@@ -28,7 +28,7 @@ import { cpuSeconds } from './proc-stats.js'
 import { AUTH, numberFromEnv, runToExit, seedBySql, startLoadGenerator, startPostgres, startServer, type Postgres, type RunningServer } from './servers.js'
 
 const BIG_ROWS = numberFromEnv('COMPRESSION_ROWS', 1_000_000)
-const ROUNDS = numberFromEnv('COMPRESSION_ROUNDS', 2)
+const ROUNDS = numberFromEnv('COMPRESSION_ROUNDS', 3)
 const DURATION_S = numberFromEnv('COMPRESSION_DURATION', 8)
 const LINK = process.env.COMPRESSION_LINK ?? '100mbit'
 const runId = Date.now().toString(36)
