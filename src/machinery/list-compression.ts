@@ -8,8 +8,9 @@ import { FLAT_BYTES, type ListBody } from './list-cache.js'
 export type ListEncoding = 'br' | 'gzip'
 
 /**
- * Levels chosen by bench/compression.ts and a 1,000,000-row list (141 MB): gzip 6 takes about 0.6 s and
- * gives 8.4 MB (level 1: 0.25 s, 8.6 MB); Brotli 4 takes about 3 s and gives 2.6 MB (5: 4.4 s; above, far slower).
+ * zlib's default level, and the Brotli quality usual for dynamic content: at 1,000,000 rows (142 MB) they
+ * take about 0.6 s and 1-3 s of one threadpool thread for 8.4 MB and 2.6 MB (docs/performance.md). Brotli 5
+ * took half as long again for no smaller output; this synthetic list flatters the fast levels.
  */
 const GZIP_LEVEL = 6
 const BROTLI_QUALITY = 4
