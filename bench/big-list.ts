@@ -46,15 +46,16 @@ function startProbe (url: string): { slowest: () => Promise<number>, stop: () =>
   return { slowest: async () => await ask('reset'), stop: async () => await ask('stop') }
 }
 
-/** One GET of the list, the body counted and thrown away; its time to the last byte in ms. */
-async function getList (url: string): Promise<{ ms: number, bytes: number }> {
+/** One GET of the list (in `encoding`, when given), the body counted and thrown away; its time to the last byte in ms. */
+async function getList (url: string, encoding?: string): Promise<{ ms: number, bytes: number }> {
   const started = performance.now()
   return await new Promise((resolve, reject) => {
-    http.get(`${url}/v1/categories`, { headers: AUTH }, (res) => {
+    http.get(`${url}/v1/categories`, { headers: { ...AUTH, ...(encoding === undefined ? {} : { 'accept-encoding': encoding }) } }, (res) => {
       let bytes = 0
       res.on('data', (chunk: Buffer) => { bytes += chunk.length })
       res.on('end', () => {
         if (res.statusCode !== 200) reject(new Error(`GET answered ${res.statusCode}`))
+        else if (res.headers['content-encoding'] !== encoding) reject(new Error(`GET for ${String(encoding)} answered in ${String(res.headers['content-encoding'])}`))
         else resolve({ ms: performance.now() - started, bytes })
       })
     }).on('error', reject)
@@ -135,6 +136,15 @@ async function measure (server: RunningServer, expectedBytes: number, service: b
         await response.arrayBuffer()
         const { ms } = await getList(server.url)
         return ms
+      })
+      // Compressing (bench/compression.ts has the bytes and a slow link): once per version and coding, in zlib's threadpool.
+      for (const encoding of ['gzip', 'br']) await phase(`first ${encoding} GET (the list compressed)`, async () => (await getList(server.url, encoding)).ms)
+      await phase('a create, then 4 gzip and 4 br GETs at once (compressed once per coding)', async () => {
+        const response = await fetch(`${server.url}/v1/categories`, { method: 'POST', headers: { ...AUTH, 'content-type': 'application/json' }, body: '{"name":"and one more"}' })
+        await response.arrayBuffer()
+        const started = performance.now()
+        await Promise.all(['gzip', 'br'].flatMap(encoding => Array.from({ length: 4 }, async () => await getList(server.url, encoding))))
+        return performance.now() - started
       })
     }
   } finally {

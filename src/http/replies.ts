@@ -2,6 +2,8 @@ import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { CreateOutcome } from '../machinery/collection.js'
 import type { ListBody, ListSerializer } from '../machinery/list-cache.js'
+import { encodedTag, type ListEncoding } from '../machinery/list-compression.js'
+import { addVary, negotiateEncoding } from './content-coding.js'
 
 /*
  * The handlers every resource's list and create routes share: a cached list with
@@ -11,41 +13,58 @@ import type { ListBody, ListSerializer } from '../machinery/list-cache.js'
 
 const JSON_TYPE = 'application/json; charset=utf-8'
 
+/** Lists shorter than this are sent as they are: a compressed one would save too little to pay for the work. */
+export const COMPRESS_MIN_BYTES = 1024
+
+const opaque = (tag: string): string => tag.startsWith('W/') ? tag.slice(2) : tag
+
 /** If-None-Match (RFC 9110 13.1.2): `*`, or a list of tags compared weakly. */
 export function ifNoneMatchHits (header: string | undefined, etag: string): boolean {
   if (header === undefined) return false
   if (header === etag) return true
   if (header.trim() === '*') return true
+  const wanted = opaque(etag)
   for (const part of header.split(',')) {
-    const tag = part.trim()
-    if ((tag.startsWith('W/') ? tag.slice(2) : tag) === etag) return true
+    if (opaque(part.trim()) === wanted) return true
   }
   return false
-}
-
-/**
- * 200 with the list, or 304 when If-None-Match names its tag; either way with its ETag and no-cache.
- * Returns the reply, a thenable: an async handler that sends a stream must await it (or return it), or
- * Fastify ends the reply empty when the handler's promise resolves.
- */
-export function sendList (request: FastifyRequest, reply: FastifyReply, list: ListBody): FastifyReply {
-  reply.header('cache-control', 'no-cache').header('etag', list.etag)
-  if (ifNoneMatchHits(request.headers['if-none-match'], list.etag)) return reply.code(304).send()
-  reply.header('content-type', JSON_TYPE).header('content-length', list.length)
-  // A long list is its parts, written one after another (list-cache.ts): never joined into one copy.
-  return reply.send(Buffer.isBuffer(list.body) ? list.body : Readable.from(list.body, { objectMode: false }))
 }
 
 /** A resource's list as its routes see it (machinery/collection.ts has this shape). */
 export interface ListedResource<Row> {
   list: (serialize: ListSerializer<Row>) => Promise<ListBody>
+  /** The list in a content coding, compressed once per version (machinery/list-compression.ts). */
+  compressed: (list: ListBody, encoding: ListEncoding) => Promise<ListBody>
+}
+
+/**
+ * 200 with the list, or 304 when If-None-Match names the tag of the representation the client would get;
+ * either way with that ETag, no-cache and Vary: Accept-Encoding. The list goes in gzip or Brotli when
+ * Accept-Encoding asks for one and it is at least COMPRESS_MIN_BYTES long; a 304 needs no compressing.
+ * Resolves when the reply is sent: an async handler that sends a stream must wait for it, or Fastify ends
+ * the reply empty when the handler's promise resolves.
+ */
+export async function sendList<Row> (request: FastifyRequest, reply: FastifyReply, resource: ListedResource<Row>, list: ListBody): Promise<void> {
+  const encoding = list.length >= COMPRESS_MIN_BYTES ? negotiateEncoding(request.headers['accept-encoding']) : undefined
+  const etag = encoding === undefined ? list.etag : encodedTag(list.etag, encoding)
+  addVary(reply, 'Accept-Encoding')
+  reply.header('cache-control', 'no-cache').header('etag', etag)
+  if (ifNoneMatchHits(request.headers['if-none-match'], etag)) {
+    await reply.code(304).send()
+    return
+  }
+  const body = encoding === undefined ? list : await resource.compressed(list, encoding)
+  if (encoding !== undefined) reply.header('content-encoding', encoding)
+  reply.header('content-type', JSON_TYPE).header('content-length', body.length)
+  // A long list is its parts, written one after another (list-cache.ts): never joined into one copy.
+  await reply.send(Buffer.isBuffer(body.body) ? body.body : Readable.from(body.body, { objectMode: false }))
 }
 
 /** GET of a resource's list: from its cache, serialized by the route's own compiled 200 schema. */
 export function listHandler<Row> (resource: ListedResource<Row>) {
   return async function sendResourceList (request: FastifyRequest, reply: FastifyReply): Promise<void> {
     const list = await resource.list(reply.getSerializationFunction('200') as unknown as ListSerializer<Row>)
-    await sendList(request, reply, list)
+    await sendList(request, reply, resource, list)
   }
 }
 

@@ -6,6 +6,7 @@ import type { ChangeFeed } from './change-feed.js'
 import { CreateBatcher } from './create-batcher.js'
 import { digestOf, isIdempotencyRefusal, type IdempotencyStore, type StoredResponse } from './idempotency.js'
 import { ListCache, type ListBody, type ListSerializer } from './list-cache.js'
+import { ListCompressor, type ListEncoding } from './list-compression.js'
 
 /** What every collection shares (the `data` plugin makes them once). */
 export interface CollectionServices {
@@ -42,6 +43,7 @@ export type CreateOutcome<T> =
 export class Collection<New extends object, T extends Row> {
   private readonly table: Table<New, T>
   private readonly cache: ListCache<T>
+  private readonly compressor: ListCompressor
   private readonly batcher: CreateBatcher<New, T>
   private readonly columns: string[]
 
@@ -50,6 +52,7 @@ export class Collection<New extends object, T extends Row> {
     this.columns = Object.keys(options.columns)
     this.table = new Table<New, T>(services.db, name, options.columns)
     this.cache = new ListCache(this.table, { feed: services.feed, channel: `${name}_changed`, metricPrefix: name, registry: services.registry })
+    this.compressor = new ListCompressor({ metricPrefix: name, registry: services.registry })
     this.batcher = new CreateBatcher(this.table, { registry: services.registry, metricPrefix: name, observer: this.cache })
   }
 
@@ -85,6 +88,11 @@ export class Collection<New extends object, T extends Row> {
   /** The list; `serialize` writes an array of rows exactly as the route's schema does. */
   async list (serialize: ListSerializer<T>): Promise<ListBody> {
     return await this.cache.read(serialize)
+  }
+
+  /** The list in a content coding: compressed once per list version, the reads meanwhile sharing it. */
+  async compressed (list: ListBody, encoding: ListEncoding): Promise<ListBody> {
+    return await this.compressor.compressed(list, encoding)
   }
 
   async get (id: bigint): Promise<T | undefined> {

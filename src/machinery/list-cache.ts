@@ -31,7 +31,7 @@ const INSERTED_IDS = /^[0-9]{1,19}(,[0-9]{1,19})*$/
 /** Ids per segment: a segment holds the rows whose id / SEGMENT_IDS is its key. */
 const SEGMENT_IDS = 1024n
 /** Lists up to this size are sent as one Buffer, made once per version. */
-const FLAT_BYTES = 1024 * 1024
+export const FLAT_BYTES = 1024 * 1024
 /** Bytes hashed between two turns of the event loop when a long list's tag is computed again. */
 const HASH_BYTES_PER_TURN = 8 * 1024 * 1024
 
