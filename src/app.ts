@@ -5,6 +5,7 @@ import categories from './categories/routes.js'
 import type { Config } from './config.js'
 import { migrationNames } from './db/migrate.js'
 import auth from './http/auth.js'
+import { registerCors } from './http/cors.js'
 import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
 import { ErrorSchema } from './http/errors.js'
 import { registerHealthRoutes } from './http/health.js'
@@ -89,6 +90,8 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
   registerResponseHeaders(app, lifecycle)
   registerErrorHandling(app)
   registerJsonBodyParser(app)
+  // First of the onRequest hooks: preflights are answered before auth, and every error a page gets carries the CORS headers.
+  await registerCors(app, config.corsOrigins)
   // Before the rate limits and auth: a repeated Authorization is refused before any key is looked at.
   registerSingletonHeaderCheck(app)
   app.addHook('onResponse', function requestCompleted (request, reply, done) {
