@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { trace } from '@opentelemetry/api'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Registry } from 'prom-client'
 import categories from './categories/routes.js'
@@ -38,12 +39,21 @@ const SLOW_REQUEST_MS = 1000
 /** Expired Idempotency-Key records are deleted this often, in small batches, off the request path. */
 const IDEMPOTENCY_CLEANUP_INTERVAL_MS = 10 * 60 * 1000
 
+function traceFields (): Record<string, string> {
+  const span = trace.getActiveSpan()
+  if (span === undefined) return {}
+  const { traceId, spanId } = span.spanContext()
+  return { trace_id: traceId, span_id: spanId }
+}
+
 function loggerOptions (config: Config, options: AppOptions): FastifyServerOptions['logger'] {
   return {
     level: config.logLevel,
     ...(options.logStream === undefined ? {} : { stream: options.logStream }),
     // Never log credentials, and never the query string (a client might put a key there).
     redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization'], censor: '[redacted]' },
+    // With tracing on (telemetry.ts), a line written during a request names its trace; without it there is no active span.
+    mixin: traceFields,
     serializers: {
       req: (req: { method: string, url: string, ip?: string }) => ({ method: req.method, url: req.url.split('?')[0], remoteAddress: req.ip })
     }
