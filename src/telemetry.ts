@@ -56,8 +56,8 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
       }),
       // Statement text only (enhancedDatabaseReporting off: no parameter values), and only inside a request.
       new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false }),
-      // Commands without their arguments (the default serializer keeps none); the rate-limit keys stay out of spans.
-      new IORedisInstrumentation({ requireParentSpan: true }),
+      // Command names only: the default would record EVALSHA's arguments, the rate-limit keys (client addresses).
+      new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command: string) => command }),
       new FastifyOtelInstrumentation({
         registerOnInitialization: true,
         ignorePaths: (route: { url: string }) => isProbe(route.url),
