@@ -32,7 +32,7 @@ export interface Telemetry { shutdown: () => Promise<void> }
  * Starts the SDK: the exporter, sampler, propagators and resource from OTEL_*
  * (service.name defaults to petstore); `spanProcessors` replaces the exporter (tests).
  */
-export async function startTelemetry (options: { spanProcessors?: SpanProcessor[] } = {}, env: Env = process.env): Promise<Telemetry> {
+export async function startTelemetry (options: { spanProcessors?: SpanProcessor[] } = {}): Promise<Telemetry> {
   const [{ NodeSDK }, { HttpInstrumentation }, { PgInstrumentation }, { IORedisInstrumentation }, { FastifyOtelInstrumentation }] = await Promise.all([
     import('@opentelemetry/sdk-node'),
     import('@opentelemetry/instrumentation-http'),
@@ -40,6 +40,7 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
     import('@opentelemetry/instrumentation-ioredis'),
     import('@fastify/otel')
   ])
+  const env = process.env
   const namedElsewhere = (env.OTEL_SERVICE_NAME ?? '') !== '' || /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? '')
   const sdk = new NodeSDK({
     ...(namedElsewhere ? {} : { serviceName: 'petstore' }),
@@ -60,6 +61,9 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
       new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command: string) => command }),
       new FastifyOtelInstrumentation({
         registerOnInitialization: true,
+        // Request and handler spans, not one per hook: a span per onRequest/onSend/onResponse hook
+        // would be most of the spans, and of their cost (bench/README.md), and say little.
+        instrumentHooks: false,
         ignorePaths: (route: { url: string }) => isProbe(route.url),
         requestHook: (span, request) => { if (request.url.includes('?')) span.setAttribute('url.path', request.url.split('?')[0] ?? '') }
       })

@@ -11,7 +11,7 @@ import { startTelemetry, telemetryWanted } from '../src/telemetry.js'
  */
 
 const exporter = new InMemorySpanExporter()
-const telemetry = await startTelemetry({ spanProcessors: [new SimpleSpanProcessor({ exporter })] }, { OTEL_TRACES_SAMPLER: 'always_on' })
+const telemetry = await startTelemetry({ spanProcessors: [new SimpleSpanProcessor({ exporter })] })
 t.teardown(async () => { await telemetry.shutdown() })
 const { AUTH, json, listeningApp } = await import('./helpers/app.js')
 const { testDatabase } = await import('./helpers/database.js')
