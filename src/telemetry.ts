@@ -33,6 +33,11 @@ export interface Telemetry { shutdown: () => Promise<void> }
  * (service.name defaults to petstore); `spanProcessors` replaces the exporter (tests).
  */
 export async function startTelemetry (options: { spanProcessors?: SpanProcessor[] } = {}): Promise<Telemetry> {
+  // ESM: `import` of a CommonJS package (ioredis) bypasses require hooks; import-in-the-middle's loader lets the
+  // instrumentations wrap it, and (through the message channel) only the modules they hook.
+  const [{ register }, { createAddHookMessageChannel }] = await Promise.all([import('node:module'), import('import-in-the-middle')])
+  const { registerOptions, waitForAllMessagesAcknowledged } = createAddHookMessageChannel()
+  register('import-in-the-middle/hook.mjs', import.meta.url, registerOptions)
   const [{ NodeSDK }, { HttpInstrumentation }, { PgInstrumentation }, { IORedisInstrumentation }, { FastifyOtelInstrumentation }] = await Promise.all([
     import('@opentelemetry/sdk-node'),
     import('@opentelemetry/instrumentation-http'),
@@ -70,6 +75,7 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
     ]
   })
   sdk.start()
+  await waitForAllMessagesAcknowledged()
   return { shutdown: () => sdk.shutdown() }
 }
 
