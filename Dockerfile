@@ -43,4 +43,4 @@ STOPSIGNAL SIGTERM
 # `docker run --init` / compose `init: true` also works if a reaper is wanted.
 # The flags are npm start's (package.json), checked equal by test/start-command.test.ts;
 # docs/performance.md says why the young generation is capped.
-CMD ["node", "--max-semi-space-size=8", "--max-old-space-size=512", "dist/server.js"]
+CMD ["node", "--max-semi-space-size=8", "--max-old-space-size=512", "--import", "./dist/telemetry.js", "dist/server.js"]

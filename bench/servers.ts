@@ -162,6 +162,18 @@ export function bunVersion (): string {
   try { return execFileSync(BUN, ['--version'], { encoding: 'utf8' }).trim() } catch { return 'not installed' }
 }
 
+/**
+ * BENCH_SERVICE_ENV: more settings for the service alone (not the baseline), as space-separated
+ * NAME=value: with BENCH_BASELINE_DIR at this checkout, one setting's cost in one run (tracing on against off).
+ */
+export function benchServiceEnv (value = process.env.BENCH_SERVICE_ENV ?? ''): Record<string, string> {
+  return Object.fromEntries(value.split(/\s+/).filter(item => item !== '').map(item => {
+    const at = item.indexOf('=')
+    if (at <= 0) throw new Error(`BENCH_SERVICE_ENV: "${item}" is not NAME=value`)
+    return [item.slice(0, at), item.slice(at + 1)]
+  }))
+}
+
 function launch (kind: ServerKind, metricsPort: number, nodeArgs: string[]): Launch {
   switch (kind) {
     case 'service':
@@ -169,7 +181,7 @@ function launch (kind: ServerKind, metricsPort: number, nodeArgs: string[]): Lau
       const cwd = kind === 'service' ? ROOT : process.env.BENCH_BASELINE_DIR
       if (cwd === undefined || cwd === '') throw new Error('the baseline server needs BENCH_BASELINE_DIR (a checkout with dist/ built)')
       // Production mode, metrics on (their own port, as deployed); only the drain pause on SIGTERM is skipped (it slows teardown).
-      return { command: process.execPath, args: [...benchServiceNodeArgs(), ...nodeArgs, 'dist/server.js'], env: { NODE_ENV: 'production', METRICS_PORT: String(metricsPort), SHUTDOWN_DRAIN_MS: '0' }, cwd }
+      return { command: process.execPath, args: [...benchServiceNodeArgs(), ...nodeArgs, 'dist/server.js'], env: { NODE_ENV: 'production', METRICS_PORT: String(metricsPort), SHUTDOWN_DRAIN_MS: '0', ...(kind === 'service' ? benchServiceEnv() : {}) }, cwd }
     }
     case 'floor':
       return { command: process.execPath, args: [...nodeArgs, '--import', 'tsx', 'bench/ceiling.ts'], env: { NODE_ENV: 'production', CEILING_BODY: 'buffer' } }

@@ -1,10 +1,12 @@
 import { randomBytes } from 'node:crypto'
+import { trace } from '@opentelemetry/api'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Registry } from 'prom-client'
 import categories from './categories/routes.js'
 import type { Config } from './config.js'
 import { migrationNames } from './db/migrate.js'
 import auth from './http/auth.js'
+import { registerCors } from './http/cors.js'
 import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
 import { ErrorSchema } from './http/errors.js'
 import { registerHealthRoutes } from './http/health.js'
@@ -38,12 +40,21 @@ const SLOW_REQUEST_MS = 1000
 /** Expired Idempotency-Key records are deleted this often, in small batches, off the request path. */
 const IDEMPOTENCY_CLEANUP_INTERVAL_MS = 10 * 60 * 1000
 
+function traceFields (): Record<string, string> {
+  const span = trace.getActiveSpan()
+  if (span === undefined) return {}
+  const { traceId, spanId } = span.spanContext()
+  return { trace_id: traceId, span_id: spanId }
+}
+
 function loggerOptions (config: Config, options: AppOptions): FastifyServerOptions['logger'] {
   return {
     level: config.logLevel,
     ...(options.logStream === undefined ? {} : { stream: options.logStream }),
     // Never log credentials, and never the query string (a client might put a key there).
     redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization'], censor: '[redacted]' },
+    // With tracing on (telemetry.ts), a line written during a request names its trace; without it there is no active span.
+    mixin: traceFields,
     serializers: {
       req: (req: { method: string, url: string, ip?: string }) => ({ method: req.method, url: req.url.split('?')[0], remoteAddress: req.ip })
     }
@@ -98,6 +109,8 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
   registerResponseHeaders(app, lifecycle)
   registerErrorHandling(app)
   registerJsonBodyParser(app)
+  // First of the onRequest hooks: preflights are answered before auth, and every error a page gets carries the CORS headers.
+  await registerCors(app, config.corsOrigins)
   // Before the rate limits and auth: a repeated Authorization is refused before any key is looked at.
   registerSingletonHeaderCheck(app)
   app.addHook('onResponse', function requestCompleted (request, reply, done) {

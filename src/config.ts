@@ -33,7 +33,8 @@ const EnvSchema = Type.Object({
   SHUTDOWN_DRAIN_MS: Type.Optional(Type.Integer({ minimum: 0, maximum: 600000 })),
   SHUTDOWN_TIMEOUT_MS: Type.Integer({ minimum: 1, maximum: 600000, default: 10000 }),
   METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9464 }),
-  METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1' })
+  METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  CORS_ORIGINS: Type.Optional(Type.String())
 })
 
 type Env = Static<typeof EnvSchema>
@@ -70,6 +71,8 @@ export interface Config {
   redis: { url: string, timeoutMs: number } | undefined
   shutdown: { drainMs: number, timeoutMs: number }
   metrics: { port: number, host: string }
+  /** Exact origins (scheme://host[:port]) whose pages may call the API from a browser; empty: no CORS headers at all. */
+  corsOrigins: string[]
 }
 
 export class ConfigError extends StartupError {
@@ -150,6 +153,26 @@ function redisConfig (env: Env): Config['redis'] {
   return { url: env.REDIS_URL, timeoutMs: env.REDIS_TIMEOUT_MS }
 }
 
+/**
+ * Each entry exactly as a browser sends it in Origin: scheme, host and port only,
+ * lower case, no default port, no path; anything else would never match a request.
+ */
+function corsOrigins (value: string | undefined): string[] {
+  if (value === undefined) return []
+  return value.split(',').map(item => item.trim()).map((entry, i) => {
+    let url: URL | undefined
+    try {
+      url = new URL(entry)
+    } catch {}
+    const origin = url !== undefined && ['http:', 'https:'].includes(url.protocol) ? url.origin : undefined
+    if (origin !== entry) {
+      const hint = origin === undefined ? '' : ` (did you mean ${origin}?)`
+      throw new ConfigError(`CORS_ORIGINS entry ${i + 1} ("${entry}") is not an origin${hint}; write each as http(s)://host[:port], comma-separated, without a path or trailing slash`)
+    }
+    return origin
+  })
+}
+
 /** Parses the environment once; a bad value throws a ConfigError naming the variable. */
 export function loadConfig (source: NodeJS.ProcessEnv = process.env): Config {
   // Empty variables count as unset (deployment tools write them), except key lists: an empty key is an error.
@@ -207,6 +230,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): Config {
       drainMs: env.SHUTDOWN_DRAIN_MS ?? (production ? 5000 : 0),
       timeoutMs: env.SHUTDOWN_TIMEOUT_MS
     },
-    metrics: { port: env.METRICS_PORT, host: env.METRICS_HOST }
+    metrics: { port: env.METRICS_PORT, host: env.METRICS_HOST },
+    corsOrigins: corsOrigins(env.CORS_ORIGINS)
   }
 }

@@ -11,6 +11,7 @@ import { readOrCreateSecret } from './dev-secrets.js'
 import { startMetricsServer } from './http/metrics.js'
 import { checkDatabase, checkPortFree, describeBuildError, describeListenError } from './startup-checks.js'
 import { reportStartupFailure } from './startup-error.js'
+import { telemetry } from './telemetry.js'
 
 /**
  * The process: configuration, then the fast checks (data directory lock, ports),
@@ -105,6 +106,8 @@ closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, log
   let failed = false
   await undoAll(started, (err) => { failed = true; app.log.error({ err }, 'shutdown step failed') })
   // close-with-grace exits 1 when the handler throws.
+  // The last spans (the batch exporter sends every few seconds).
+  await telemetry?.shutdown().catch((err: unknown) => { app.log.warn({ err }, 'traces not flushed') })
   if (failed) throw new Error('shutdown incomplete: a step failed (see above)')
   app.log.info('shutdown complete')
 })

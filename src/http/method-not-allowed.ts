@@ -24,7 +24,9 @@ export function registerMethodNotAllowed (app: FastifyInstance): void {
     for (const method of [route.method].flat()) if (!path.methods.includes(method)) path.methods.push(method)
   })
   app.addHook('onRequest', function methodNotAllowed (request, _reply, done) {
-    const path = request.is404 ? known.find(p => p.pattern.test(request.url.split('?')[0] ?? '')) : undefined
+    // Unrouted: no route at all, or only a catch-all such as @fastify/cors's OPTIONS *.
+    const routed = isProtectedPath(request.routeOptions.url ?? '')
+    const path = !routed ? known.find(p => p.pattern.test(request.url.split('?')[0] ?? '')) : undefined
     if (path === undefined) {
       done()
       return

@@ -27,6 +27,8 @@ export interface SpawnOptions {
   cwd?: string
   /** Wait for "Server listening" before returning (default true). */
   listening?: boolean
+  /** What node runs instead of `--import tsx src/server.ts` (a built dist/, as npm start runs it). */
+  nodeArgs?: string[]
   /** Run as this user (the test runs as root). */
   user?: { uid: number, gid: number }
 }
@@ -37,7 +39,7 @@ const TEARDOWN_TIMEOUT_MS = 15000
 /** Only PATH and HOME come from the test's own environment: the server sees exactly `env`. */
 export async function startServer (t: Teardown, env: Record<string, string>, options: SpawnOptions = {}): Promise<ServerProcess> {
   const port = env.PORT !== undefined ? Number(env.PORT) : await freePort()
-  const node = [process.execPath, '--import', 'tsx', 'src/server.ts']
+  const node = [process.execPath, ...(options.nodeArgs ?? ['--import', 'tsx', 'src/server.ts'])]
   // As another user through setpriv, without the NODE_OPTIONS tap adds to follow subprocesses: their
   // coverage files would be written as that user into the test's .tap directory, and fail the exit.
   const command = options.user === undefined

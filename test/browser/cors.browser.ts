@@ -1,0 +1,113 @@
+import { existsSync } from 'node:fs'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { createServer } from 'node:http'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { chromium, type Page } from 'playwright-core'
+import t from 'tap'
+import { freePort } from '../helpers/ports.js'
+import { startServer } from '../helpers/server-process.js'
+
+/*
+ * CORS in a real browser (headless Chromium): the service allows one origin
+ * (CORS_ORIGINS); a page served from there lists, creates with an Idempotency-Key
+ * and reads ETag, Location and an Error body from JavaScript. The same page from a
+ * third origin (localhost instead of 127.0.0.1: another origin, same server) is
+ * blocked by the browser: its fetch rejects. Run with `npm run test:browser`.
+ */
+
+t.setTimeout(300000)
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
+const KEY = `browser-cors-${Date.now()}`
+if (!existsSync(CHROMIUM)) throw new Error(`Chromium not found at ${CHROMIUM}: install it (apt-get install -y chromium) or set CHROMIUM_PATH`)
+
+const work = await mkdtemp(path.join(tmpdir(), 'petstore-cors-browser-'))
+const data = await mkdtemp(path.join(tmpdir(), 'petstore-cors-browser-data-'))
+t.teardown(async () => { await rm(work, { recursive: true, force: true }) })
+t.teardown(async () => { await rm(data, { recursive: true, force: true }) })
+
+// The pages' server: an empty HTML page on every path, on a port of its own.
+const pages = createServer((_req, res) => { res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end('<!doctype html><title>a front end</title>') })
+const pagePort = await freePort()
+await new Promise<void>(resolve => pages.listen(pagePort, '127.0.0.1', resolve))
+t.teardown(() => { pages.close() })
+const allowedOrigin = `http://127.0.0.1:${pagePort}`
+const otherOrigin = `http://localhost:${pagePort}`
+
+const env: Record<string, string> = { API_KEYS: KEY, DATA_DIR: data, CORS_ORIGINS: allowedOrigin }
+if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') env.DATABASE_URL = process.env.DATABASE_URL
+const server = await startServer(t, env)
+const api = `http://127.0.0.1:${server.port}`
+
+const context = await chromium.launchPersistentContext(path.join(work, 'profile'), {
+  executablePath: CHROMIUM,
+  headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
+})
+t.teardown(async () => { await context.close() })
+
+async function openPage (origin: string): Promise<Page> {
+  const page = await context.newPage()
+  await page.goto(`${origin}/app.html`)
+  t.teardown(async () => { await page.close() })
+  return page
+}
+
+t.test('a page on the allowed origin lists, creates and reads the exposed headers', async t => {
+  const page = await openPage(allowedOrigin)
+  const seen = await page.evaluate(async ({ api, key }) => {
+    const auth = { authorization: `Bearer ${key}` }
+    const list = await fetch(`${api}/v1/categories`, { headers: auth })
+    const etag = list.headers.get('etag')
+    const created = await fetch(`${api}/v1/categories`, {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json', 'idempotency-key': `page-${Date.now()}` },
+      body: JSON.stringify({ name: 'made in a browser' })
+    })
+    const unchanged = await fetch(`${api}/v1/categories`, { headers: { ...auth, 'if-none-match': etag ?? '' } })
+    const refused = await fetch(`${api}/v1/categories`)
+    return {
+      list: { status: list.status, etag, requestId: list.headers.get('x-request-id'), isArray: Array.isArray(await list.json()) },
+      created: { status: created.status, location: created.headers.get('location'), body: await created.json() as { id: string, name: string } },
+      afterCreate: { status: unchanged.status, etag: unchanged.headers.get('etag') },
+      refused: { status: refused.status, body: await refused.json() as { code: string } }
+    }
+  }, { api, key: KEY })
+  t.equal(seen.list.status, 200)
+  t.ok(seen.list.isArray, 'the list body is read')
+  t.match(seen.list.etag, /^W?\/?".+"$/, 'ETag is readable from JavaScript')
+  t.ok(seen.list.requestId, 'X-Request-Id is readable')
+  t.equal(seen.created.status, 201)
+  t.equal(seen.created.body.name, 'made in a browser')
+  t.equal(seen.created.location, `/v1/categories/${seen.created.body.id}`, 'Location is readable from JavaScript')
+  t.equal(seen.afterCreate.status, 200, 'the list changed: If-None-Match with the old ETag gets the new list')
+  t.not(seen.afterCreate.etag, seen.list.etag)
+  t.equal(seen.refused.status, 401)
+  t.equal(seen.refused.body.code, 'UNAUTHORIZED', 'the Error body of a 401 is readable')
+})
+
+t.test('a page on another origin is blocked by the browser', async t => {
+  const page = await openPage(otherOrigin)
+  const outcome = await page.evaluate(async ({ api, key }) => {
+    const attempt = async (init: RequestInit): Promise<string> => {
+      try {
+        const res = await fetch(`${api}/v1/categories`, init)
+        return `answered ${res.status}`
+      } catch (err) {
+        return `rejected: ${(err as Error).name}`
+      }
+    }
+    return {
+      withKey: await attempt({ headers: { authorization: `Bearer ${key}` } }),
+      create: await attempt({ method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: '{"name":"not from here"}' }),
+      simple: await attempt({})
+    }
+  }, { api, key: KEY })
+  t.equal(outcome.withKey, 'rejected: TypeError', 'a request with a key: the preflight fails')
+  t.equal(outcome.create, 'rejected: TypeError', 'a create: the preflight fails')
+  t.equal(outcome.simple, 'rejected: TypeError', 'a request without preflight: the response is withheld')
+  // The preflights were refused without counting: the address still has its whole failed-authentication budget.
+  const probe = await fetch(`${api}/v1/categories`)
+  t.equal(probe.status, 401)
+  t.match(probe.headers.get('ratelimit'), /^"auth-failures";r=1[0-9];/)
+})
