@@ -15,7 +15,7 @@ import { Worker } from 'node:worker_threads'
 import pg from 'pg'
 import { to as copyTo } from 'pg-copy-streams'
 import { watchPeakRss } from './proc-stats.js'
-import { AUTH, numberFromEnv, runToExit, startPostgres, startServer, type RunningServer } from './servers.js'
+import { AUTH, numberFromEnv, runToExit, seedLongRows, startPostgres, startServer, type RunningServer } from './servers.js'
 
 const ROWS = numberFromEnv('BIG_ROWS', 1_000_000)
 const runId = Date.now().toString(36)
@@ -76,26 +76,6 @@ async function copyMs (databaseUrl: string): Promise<number> {
   } finally {
     await client.end()
   }
-}
-
-/** Rows of about 113 bytes of JSON each, as in the measurements the targets came from (about 110 MB at 1,000,000 rows). */
-const DESCRIPTION = 'a category seeded for the big-list benchmark, with a description of some length'
-
-async function seed (databaseUrl: string): Promise<number> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    // The service set its statement timeout on the role (migrations); a bulk load needs longer.
-    await client.query('SET statement_timeout = 0')
-    await client.query(`INSERT INTO categories (name, description)
-      SELECT 'Category ' || i, $2 || ' ' || i FROM generate_series(1, $1::int) AS i`, [ROWS, DESCRIPTION])
-    await client.query('VACUUM ANALYZE categories')
-  } finally {
-    await client.end()
-  }
-  let bytes = 1
-  for (let i = 1; i <= ROWS; i++) bytes += Buffer.byteLength(JSON.stringify({ id: i, name: `Category ${i}`, description: `${DESCRIPTION} ${i}` })) + 1
-  return bytes
 }
 
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number
@@ -164,7 +144,7 @@ async function main (): Promise<void> {
       const databaseUrl = await postgres.createDatabase(`big_${runId}_${kind}`)
       const server = await startServer(kind, { databaseUrl, logLevel: 'info', workDir: postgres.workDir, label: `big-${kind}` })
       try {
-        expectedBytes = await seed(databaseUrl)
+        expectedBytes = await seedLongRows(databaseUrl, ROWS)
         const copies = [await copyMs(databaseUrl), await copyMs(databaseUrl), await copyMs(databaseUrl)]
         const copy = median(copies)
         lines.push(`| ${kind} | PostgreSQL: COPY (SELECT …) TO STDOUT (median of 3) | ${copy.toFixed(0)} ms | |`)

@@ -23,9 +23,8 @@ import http from 'node:http'
 import net from 'node:net'
 import { promisify } from 'node:util'
 import { brotliDecompress, gunzip } from 'node:zlib'
-import pg from 'pg'
 import { cpuSeconds } from './proc-stats.js'
-import { AUTH, numberFromEnv, runToExit, seedBySql, startLoadGenerator, startPostgres, startServer, type Postgres, type RunningServer } from './servers.js'
+import { AUTH, numberFromEnv, runToExit, seedBySql, seedLongRows, startLoadGenerator, startPostgres, startServer, type Postgres, type RunningServer } from './servers.js'
 
 const BIG_ROWS = numberFromEnv('COMPRESSION_ROWS', 1_000_000)
 const ROUNDS = numberFromEnv('COMPRESSION_ROUNDS', 3)
@@ -37,21 +36,6 @@ const log = (message: string): void => { process.stderr.write(`[compression ${ne
 const CODINGS = ['identity', 'gzip', 'br'] as const
 type Coding = typeof CODINGS[number]
 const acceptFor = (coding: Coding): Record<string, string> => coding === 'identity' ? {} : { 'accept-encoding': coding }
-
-/** Rows as bench/big-list.ts seeds them (about 113 bytes of JSON each). */
-const DESCRIPTION = 'a category seeded for the big-list benchmark, with a description of some length'
-async function seedBig (databaseUrl: string): Promise<void> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    await client.query('SET statement_timeout = 0')
-    await client.query(`INSERT INTO categories (name, description)
-      SELECT 'Category ' || i, $2 || ' ' || i FROM generate_series(1, $1::int) AS i`, [BIG_ROWS, DESCRIPTION])
-    await client.query('VACUUM ANALYZE categories')
-  } finally {
-    await client.end()
-  }
-}
 
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number
 const mb = (bytes: number): string => `${(bytes / 1e6).toFixed(1)} MB`
@@ -165,7 +149,7 @@ async function bigList (postgres: Postgres, lines: string[]): Promise<void> {
   const relayed = await relay(link.hostAddress, new URL(server.url))
   try {
     log(`seeding ${BIG_ROWS} rows`)
-    await seedBig(databaseUrl)
+    await seedLongRows(databaseUrl, BIG_ROWS)
     const identity = await getOnLoopback(server, 'identity')
     log(`the list: ${mb(identity.raw.length)}`)
     lines.push(`Big list: ${BIG_ROWS} rows, ${mb(identity.raw.length)} of JSON, through a veth pair shaped with tc tbf rate ${LINK} (curl in a network namespace; time to the last byte, the body not decoded)`, '',
