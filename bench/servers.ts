@@ -320,20 +320,25 @@ export async function seedThroughApi (url: string, rows: SeedRow[], concurrency 
   await Promise.all(Array.from({ length: concurrency }, worker))
 }
 
-/** The rows of seedRows, written by SQL into a server's own table: for the large tables, where POSTs would take minutes. */
-export async function seedBySql (databaseUrl: string, rows: number): Promise<void> {
+/** Runs one bulk INSERT into a server's own categories table, then VACUUM ANALYZE. */
+async function bulkInsert (databaseUrl: string, insert: string, values: unknown[]): Promise<void> {
   const client = new pg.Client({ connectionString: databaseUrl })
   await client.connect()
   try {
     // The service set its statement timeout on the role (migrations); a bulk load needs longer.
     await client.query('SET statement_timeout = 0')
-    await client.query(`INSERT INTO categories (name, description)
-      SELECT 'Category ' || lpad(i::text, greatest(5, length(i::text)), '0'), CASE WHEN i % 2 = 0 THEN 'Seeded category number ' || i END
-      FROM generate_series(1, $1::int) AS i`, [rows])
+    await client.query(insert, values)
     await client.query('VACUUM ANALYZE categories')
   } finally {
     await client.end()
   }
+}
+
+/** The rows of seedRows, written by SQL into a server's own table: for the large tables, where POSTs would take minutes. */
+export async function seedBySql (databaseUrl: string, rows: number): Promise<void> {
+  await bulkInsert(databaseUrl, `INSERT INTO categories (name, description)
+    SELECT 'Category ' || lpad(i::text, greatest(5, length(i::text)), '0'), CASE WHEN i % 2 = 0 THEN 'Seeded category number ' || i END
+    FROM generate_series(1, $1::int) AS i`, [rows])
 }
 
 /** The big lists' rows: about 113 bytes of JSON each (about 110 MB at 1,000,000 rows), as in the measurements the big-list targets came from. */
@@ -341,17 +346,8 @@ const LONG_DESCRIPTION = 'a category seeded for the big-list benchmark, with a d
 
 /** Writes `rows` long rows by SQL into a server's own table; returns the byte length of the list they make. */
 export async function seedLongRows (databaseUrl: string, rows: number): Promise<number> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    // The service set its statement timeout on the role (migrations); a bulk load needs longer.
-    await client.query('SET statement_timeout = 0')
-    await client.query(`INSERT INTO categories (name, description)
-      SELECT 'Category ' || i, $2 || ' ' || i FROM generate_series(1, $1::int) AS i`, [rows, LONG_DESCRIPTION])
-    await client.query('VACUUM ANALYZE categories')
-  } finally {
-    await client.end()
-  }
+  await bulkInsert(databaseUrl, `INSERT INTO categories (name, description)
+    SELECT 'Category ' || i, $2 || ' ' || i FROM generate_series(1, $1::int) AS i`, [rows, LONG_DESCRIPTION])
   let bytes = 1
   for (let i = 1; i <= rows; i++) bytes += Buffer.byteLength(JSON.stringify({ id: i, name: `Category ${i}`, description: `${LONG_DESCRIPTION} ${i}` })) + 1
   return bytes
