@@ -235,8 +235,12 @@ export class ListCache<T extends Row> {
     if (rows.length === 0) return
     const sorted = [...rows].sort(byId)
     // Added at once (a notification of these rows may be waiting for them: their echo); during a build, after it.
-    if (this.entry === undefined || this.serialize === undefined) this.announce({ rows: sorted })
-    else for (const key of this.add(sorted)) this.announce({ keys: [key] })
+    if (this.entry === undefined || this.serialize === undefined) {
+      this.announce({ rows: sorted })
+      return
+    }
+    const keys = this.add(sorted)
+    if (keys.length > 0) this.announce({ keys })
   }
 
   /** A notification on the table's channel: the ids an insert committed (read and added before the next read), or anything else (dropped). */
@@ -362,28 +366,33 @@ export class ListCache<T extends Row> {
   }
 
   private async apply (change: Change, generation: number): Promise<void> {
-    let rows = 'rows' in change ? change.rows as T[] : undefined
     if ('keys' in change) {
       await this.reread(change.keys, generation)
       return
     }
-    if (rows === undefined) {
-      const { ids } = change as { ids: bigint[] }
-      if (this.writes.size > 0 && ids.some(id => !this.has(id))) {
-        await Promise.allSettled([...this.writes])
-        if (generation !== this.generation) return
-      }
-      const missing = ids.filter(id => !this.has(id))
-      if (missing.length === 0) {
-        this.echoes++
-        return
-      }
-      rows = await this.source.getMany(missing)
-      if (generation !== this.generation) return
-      // Announced, committed, and gone already: a delete is on its way; until then nothing is certain.
-      if (rows.length !== missing.length) throw new Error('an announced row no longer exists')
+    const rows = 'rows' in change ? change.rows as T[] : await this.unheld(change.ids, generation)
+    if (rows !== undefined) await this.reread(this.add(rows), generation)
+  }
+
+  /**
+   * The rows of announced ids the list does not hold yet, read by id; undefined when it holds them all (the
+   * echo of this instance's own creates, which may still be under way) or the list was dropped meanwhile.
+   */
+  private async unheld (ids: bigint[], generation: number): Promise<T[] | undefined> {
+    if (this.writes.size > 0 && ids.some(id => !this.has(id))) {
+      await Promise.allSettled([...this.writes])
+      if (generation !== this.generation) return undefined
     }
-    await this.reread(this.add(rows), generation)
+    const missing = ids.filter(id => !this.has(id))
+    if (missing.length === 0) {
+      this.echoes++
+      return undefined
+    }
+    const rows = await this.source.getMany(missing)
+    if (generation !== this.generation) return undefined
+    // Announced, committed, and gone already: a delete is on its way; until then nothing is certain.
+    if (rows.length !== missing.length) throw new Error('an announced row no longer exists')
+    return rows
   }
 
   /** Reads the segments of these keys again from the database (rows fell between their rows). */

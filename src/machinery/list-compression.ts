@@ -93,21 +93,15 @@ export class ListCompressor {
 
   /** The list in this coding: compressed now, or the compression of this version already made or under way. */
   async compressed (list: ListBody, encoding: ListEncoding): Promise<ListBody> {
-    let variants = this.made.get(list)
-    if (variants === undefined) {
-      variants = {}
-      this.made.set(list, variants)
-    }
-    let promise = variants[encoding]
-    if (promise === undefined) {
-      this.compressions[encoding]++
-      const made = variants
-      const started = compress(list, encoding)
-      promise = started
-      made[encoding] = started
-      // A failure is not kept: the next read tries again.
-      started.catch(() => { if (made[encoding] === started) made[encoding] = undefined })
-    }
-    return await promise
+    const variants = this.made.get(list) ?? {}
+    this.made.set(list, variants)
+    const kept = variants[encoding]
+    if (kept !== undefined) return await kept
+    this.compressions[encoding]++
+    const started = compress(list, encoding)
+    variants[encoding] = started
+    // A failure is not kept: the next read tries again.
+    started.catch(() => { if (variants[encoding] === started) variants[encoding] = undefined })
+    return await started
   }
 }
