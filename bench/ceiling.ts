@@ -13,7 +13,7 @@
  * service's cached list, with nothing of the service around it.
  */
 import bearerAuth from '@fastify/bearer-auth'
-import { Type } from '@sinclair/typebox'
+import { Type } from 'typebox'
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import Fastify from 'fastify'

@@ -8,7 +8,7 @@
  * database. It creates the table of the service's first migration itself, and
  * only that: no trigger or index the service may add for its own speed.
  */
-import { Type } from '@sinclair/typebox'
+import { Type } from 'typebox'
 import Fastify from 'fastify'
 import pg from 'pg'
 import { CategorySchema, NewCategorySchema, type NewCategory } from '../src/categories/schemas.js'

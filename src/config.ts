@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto'
-import { Type, type Static } from '@sinclair/typebox'
+import { Type, type Static } from 'typebox'
 import envSchema from 'env-schema'
 import { StartupError } from './startup-error.js'
 

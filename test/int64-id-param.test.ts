@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { Type } from '@sinclair/typebox'
+import { Type } from 'typebox'
 import t from 'tap'
 import { Int64IdParams, int64IdValidatorCompiler } from '../src/http/int64-id.js'
 import { AUTH, json, testApp } from './helpers/app.js'

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { Type } from '@sinclair/typebox'
+import { Type } from 'typebox'
 import fp from 'fastify-plugin'
 import { MALFORMED_JSON, errorResponses, notFound } from '../http/errors.js'
 import { Int64IdParams, int64IdValidatorCompiler } from '../http/int64-id.js'

@@ -1,4 +1,4 @@
-import { Type, type Static } from '@sinclair/typebox'
+import { Type, type Static } from 'typebox'
 import { Int64Id } from '../http/schemas.js'
 // The text rules, shared with the error handler that words a failed pattern.
 import { DESCRIPTION_PATTERN, NAME_PATTERN, NO_LONE_SURROGATES } from '../shared/text-rules.js'

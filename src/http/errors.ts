@@ -1,4 +1,4 @@
-import { Type, type Static, type TUnsafe } from '@sinclair/typebox'
+import { Type, type Static, type TUnsafe } from 'typebox'
 import { ref } from './schemas.js'
 
 /**

@@ -1,4 +1,4 @@
-import { Type } from '@sinclair/typebox'
+import { Type } from 'typebox'
 import type { FastifyInstance } from 'fastify'
 import { MIGRATIONS_TABLE } from '../db/migrate.js'
 import { errorResponses, serviceUnavailable } from './errors.js'

@@ -1,4 +1,4 @@
-import { Type } from '@sinclair/typebox'
+import { Type } from 'typebox'
 import type { FastifyInstance, FastifySchemaCompiler } from 'fastify'
 import { ID_PATTERN, MAX_ID, patternRules } from '../shared/text-rules.js'
 import { validationFailed } from './errors.js'

@@ -1,4 +1,4 @@
-import { Type, type Static, type TSchema, type TUnsafe } from '@sinclair/typebox'
+import { Type, type Static, type TSchema, type TUnsafe } from 'typebox'
 import { IDEMPOTENCY_KEY_PATTERN } from '../shared/text-rules.js'
 
 /*
@@ -10,7 +10,7 @@ import { IDEMPOTENCY_KEY_PATTERN } from '../shared/text-rules.js'
  * the OpenAPI document shows it once under components, and the handler types
  * still come from the schema itself. A description describes the use (a response, a body).
  */
-export function ref<T extends TSchema> (schema: T, options: { description?: string } = {}): TUnsafe<Static<T>> {
+export function ref<T extends TSchema & { $id?: string }> (schema: T, options: { description?: string } = {}): TUnsafe<Static<T>> {
   if (schema.$id === undefined) throw new Error('ref() needs a schema with an $id')
   return Type.Unsafe<Static<T>>({ $ref: `${schema.$id}#`, ...options })
 }

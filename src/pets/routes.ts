@@ -1,4 +1,4 @@
-import { Type } from '@sinclair/typebox'
+import { Type } from 'typebox'
 import type { FastifyInstance } from 'fastify'
 import { errorResponses, notImplemented } from '../http/errors.js'
 

@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { Type } from '@sinclair/typebox'
+import { Type } from 'typebox'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { errorResponses } from '../../src/http/errors.js'

@@ -1,4 +1,4 @@
-import { Type, type Static } from '@sinclair/typebox'
+import { Type, type Static } from 'typebox'
 import { Int64Id } from '../../src/http/schemas.js'
 import { NAME_PATTERN } from '../../src/shared/text-rules.js'
 
