@@ -1,7 +1,7 @@
-import { PG_MIGRATE_LOCK_ID } from 'node-pg-migrate'
+import { PG_MIGRATE_LOCK_ID, runner } from 'node-pg-migrate'
 import pg from 'pg'
 import t from 'tap'
-import { migrationNames, runMigrations } from '../src/db/migrate.js'
+import { MIGRATIONS_DIR, MIGRATIONS_TABLE, migrationNames, runMigrations } from '../src/db/migrate.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
 
@@ -17,6 +17,24 @@ async function records (url: string): Promise<Array<{ name: string, copies: numb
   return await withClient(url, async client =>
     (await client.query<{ name: string, copies: number }>('SELECT name, count(*)::int AS copies FROM pgmigrations GROUP BY name ORDER BY name')).rows)
 }
+
+t.test('the baseline on an empty database: the 1.0 schema; its down migration leaves nothing behind', async t => {
+  const url = await db.createDatabase()
+  const schema = async (): Promise<string[]> => await withClient(url, async client => (await client.query<{ name: string }>(`
+    SELECT 'table ' || table_name AS name FROM information_schema.tables WHERE table_schema = 'public'
+    UNION ALL SELECT 'trigger ' || tgname FROM pg_trigger WHERE NOT tgisinternal
+    UNION ALL SELECT 'function ' || proname FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+    ORDER BY name`)).rows.map(row => row.name))
+  t.same(await schema(), [], 'empty')
+  await runMigrations(url, quiet)
+  t.same(await schema(), [
+    'function notify_table_change', 'function notify_table_insert', 'table categories', 'table idempotency_keys',
+    'table pgmigrations', 'trigger categories_changed', 'trigger categories_inserted'
+  ])
+  t.same(await migrationNames(), ['1764720000000_baseline'], 'one baseline: nothing was released before it')
+  await runner({ databaseUrl: url, dir: MIGRATIONS_DIR, migrationsTable: MIGRATIONS_TABLE, direction: 'down', count: Infinity, logger: { ...quiet, debug () {} } })
+  t.same(await schema(), ['table pgmigrations'])
+})
 
 t.test('three runs at once on a fresh database: each migration applied and recorded once, no lock left', async t => {
   const url = await db.createDatabase()
