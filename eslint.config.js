@@ -20,6 +20,6 @@ export default [
   layer('shared', [], 'src/shared holds leaf modules every layer may import; they import nothing of the service.'),
   layer('db', ['shared', 'config.js', 'startup-error.js', 'dev-secrets.js'], 'src/db is the bottom layer: it imports no HTTP, machinery or resource code.'),
   layer('machinery', ['db', 'shared'], 'The machinery serves any resource over src/db: it names no resource and knows nothing of HTTP.'),
-  layer('plugins', ['db', 'machinery', 'http', 'shared'], 'src/plugins wires the shared machinery for every resource and names none.'),
+  layer('plugins', ['db', 'machinery', 'http', 'shared', 'startup-error.js'], 'src/plugins wires the shared machinery for every resource and names none.'),
   layer('http', ['db', 'machinery', 'shared', 'config.js'], 'HTTP infrastructure serves every resource and imports none.')
 ]

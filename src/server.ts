@@ -61,6 +61,7 @@ async function start (config: Config, started: Started): Promise<void> {
   }, { statementTimeoutMs: config.db.statementTimeoutMs }).catch((err: unknown) => { throw describeBuildError(err, url) })
   const app = await buildApp({ ...config, databaseUrl: url }).catch((err: unknown) => { throw describeBuildError(err, url) })
   undo.push(async () => { await app.close() })
+  await app.verifyTables().catch((err: unknown) => { throw describeBuildError(err, url) })
   await checkStatementTimeout(app.db, config.db.statementTimeoutMs, app.log)
   const metrics = await startMetricsServer(app.metrics, config.metrics)
     .catch((err: unknown) => { throw describeListenError(err, 'METRICS_PORT', config.metrics.host, config.metrics.port) })

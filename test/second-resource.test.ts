@@ -19,7 +19,8 @@ const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
 t.teardown(async () => { await admin.end() })
 // Its migration's Up part, as the runner would apply it.
-await admin.query((await readFile(new URL('widgets/migration.sql', import.meta.url), 'utf8')).split('-- Down Migration')[0] as string)
+const widgetsMigration = (await readFile(new URL('widgets/migration.sql', import.meta.url), 'utf8')).split('-- Down Migration')[0] as string
+await admin.query(widgetsMigration)
 const register = async (app: FastifyInstance): Promise<void> => { await app.register(widgets) }
 const { app: a } = await testApp(t, db.url, {}, { register })
 const { app: b } = await testApp(t, db.url, {}, { register })
@@ -98,4 +99,26 @@ t.test('each resource has its own metrics; the categories\' names are unchanged'
     }
   }
   t.ok(await metric(a, 'widgets_change_feed_own_echoes') >= 1, 'A skipped the echo of its own widget writes')
+})
+
+t.test('a resource whose table lacks its change-notification triggers cannot go unnoticed: the app refuses', async t => {
+  const migrated = async (...statements: string[]): Promise<string> => {
+    const url = await db.createDatabase()
+    await runMigrations(url, { info () {}, warn () {}, error () {} })
+    const owner = new pg.Client({ connectionString: url })
+    await owner.connect()
+    for (const statement of statements) await owner.query(statement)
+    await owner.end()
+    return url
+  }
+  const refusal = { name: 'StartupError', message: /^table widgets lacks its change-notification triggers; its migration must add both/ }
+  await t.rejects(testApp(t, await migrated(), {}, { register }), { name: 'StartupError', message: /^table widgets does not exist/ },
+    'no table: its migration was not applied')
+  for (const trigger of ['widgets_inserted', 'widgets_changed']) {
+    await t.rejects(testApp(t, await migrated(widgetsMigration, `DROP TRIGGER ${trigger} ON widgets`), {}, { register }), refusal,
+      `without ${trigger}`)
+  }
+  await t.rejects(testApp(t, await migrated(widgetsMigration, 'ALTER TABLE widgets DISABLE TRIGGER widgets_changed'), {}, { register }),
+    refusal, 'a disabled trigger is no trigger')
+  await t.resolves(testApp(t, await migrated(widgetsMigration), {}, { register }), 'with both, it starts')
 })

@@ -7,6 +7,7 @@ import pg from 'pg'
 import t, { type Test } from 'tap'
 import { startEmbeddedPostgres } from '../src/db/embedded.js'
 import { freePort } from './helpers/ports.js'
+import { runMigrations } from '../src/db/migrate.js'
 import { checkDatabase, checkPortFree } from '../src/startup-checks.js'
 import { StartupError, reportStartupFailure } from '../src/startup-error.js'
 import { startServer } from './helpers/server-process.js'
@@ -68,6 +69,21 @@ t.test('DATABASE_URL with a wrong password: one line naming DATABASE_URL, never 
 t.test('migrations that fail (a role that may not create tables): one line naming DATABASE_URL and the reason', async t => {
   t.match(await failedStart(t, { DATABASE_URL: withCredentials('limited', 'limited-password', 'readonly_for_limited') }),
     /^petstore: DATABASE_URL: applying the migrations failed: .*permission denied for schema public; the URL's user "limited" needs the right to create tables in that database/)
+})
+
+t.test('a resource table without its change-notification triggers: the start refuses, naming the table', async t => {
+  const admin = new pg.Client({ connectionString: db.url })
+  await admin.connect()
+  t.teardown(async () => { await admin.end() })
+  await admin.query('CREATE DATABASE without_triggers')
+  const url = db.urlFor('without_triggers')
+  await runMigrations(url, { info () {}, warn () {}, error () {} })
+  const owner = new pg.Client({ connectionString: url })
+  await owner.connect()
+  await owner.query('DROP TRIGGER categories_inserted ON categories')
+  await owner.end()
+  t.match(await failedStart(t, { DATABASE_URL: url }),
+    /^petstore: table categories lacks its change-notification triggers; its migration must add both/)
 })
 
 t.test('METRICS_PORT or PORT taken: one line naming the setting, before the database is touched', async t => {

@@ -1,6 +1,5 @@
 import { Type, type Static } from 'typebox'
-import { Int64Id } from '../http/schemas.js'
-// The text rules, shared with the error handler that words a failed pattern.
+import { withId } from '../http/resource.js'
 import { DESCRIPTION_PATTERN, NAME_PATTERN, NO_LONE_SURROGATES } from '../shared/text-rules.js'
 
 const Name = Type.String({
@@ -24,11 +23,7 @@ export const NewCategorySchema = Type.Object({
   description: Type.Optional(Description)
 }, { $id: 'NewCategory', title: 'NewCategory', additionalProperties: false })
 
-export const CategorySchema = Type.Object({
-  id: Int64Id,
-  name: Name,
-  description: Type.Optional(Description)
-}, { $id: 'Category', title: 'Category', additionalProperties: false })
+export const CategorySchema = withId(NewCategorySchema, 'Category')
 
 export type NewCategory = Static<typeof NewCategorySchema>
 export type Category = Static<typeof CategorySchema>

@@ -1,38 +1,47 @@
 import type pg from 'pg'
+import type { TObject, TSchema } from 'typebox'
 import type { Database } from './database.js'
 
-/** A row of a resource's table: a bigserial id and its columns (a NULL column is left out: the API shows only what was given). */
-export type Row = { id: bigint } & Record<string, unknown>
+/** A row of a resource's table; a NULL column is undefined (the API shows only what was given). */
+export interface Row { id: bigint }
 
-/** Rows per chunk of a list read: a short list is one statement, a long one never exists as objects all at once. */
+/** Rows per chunk of a list read: a long list never exists as objects all at once. */
 export const LIST_CHUNK_ROWS = 1000
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
+const SQL_TYPES: Record<string, string> = { string: 'text', integer: 'bigint', number: 'double precision', boolean: 'boolean' }
+
+/** Each member of a create body's schema as a column and its SQL type: a member cannot be left out. */
+export function columnsOf (schema: TObject): Record<string, string> {
+  return Object.fromEntries(Object.entries(schema.properties as Record<string, TSchema & { type?: unknown }>)
+    .map(([name, member]) => {
+      const type = SQL_TYPES[String(member.type)]
+      if (type === undefined || !IDENTIFIER.test(name)) throw new Error(`member ${name}: no column for its schema`)
+      return [name, type]
+    }))
+}
 
 function toRow<T extends Row> (record: Record<string, unknown>): T {
-  // undefined, not delete: the serializer skips it alike, and every row keeps one shape (a delete costs V8 its fast path).
+  // undefined, not delete: every row keeps one shape (a delete costs V8 its fast path).
   for (const key of Object.keys(record)) if (record[key] === null) record[key] = undefined
   return record as T
 }
 
-/**
- * A resource's table: `id bigserial PRIMARY KEY` and the given columns (name: SQL type), read and written
- * through the one Database. The SQL every resource needs (a batch insert that pairs each input with its id,
- * the list in chunks from one snapshot, reads by id) is written once, here.
- */
+/** The SQL every resource needs, written once: batch insert, insert, reads by id and range, the list in chunks. */
 export class Table<New extends object, T extends Row> {
-  private readonly columns: string[]
+  readonly columns: string[]
   private readonly select: string
   private readonly insertOne: string
   private readonly insertMany: string
 
   constructor (private readonly db: Database, readonly name: string, columnTypes: Record<string, string>) {
     this.columns = Object.keys(columnTypes)
-    for (const identifier of [name, ...this.columns]) if (!IDENTIFIER.test(identifier)) throw new Error(`not a plain SQL identifier: ${identifier}`)
+    if (!IDENTIFIER.test(name)) throw new Error(`not a plain SQL identifier: ${name}`)
     const list = this.columns.join(', ')
     this.select = `SELECT id, ${list} FROM ${name}`
-    this.insertOne = `INSERT INTO ${name} (${list}) VALUES (${this.columns.map((_, i) => `$${i + 1}`).join(', ')}) RETURNING id, ${list}`
-    // Each input takes its id from the column's own sequence in the CTE, paired with its ordinal, instead of trusting RETURNING's order.
+    const params = this.columns.map((_, i) => `$${i + 1}`).join(', ')
+    this.insertOne = `INSERT INTO ${name} (${list}) VALUES (${params}) RETURNING id, ${list}`
+    // Ids come from the sequence in input order, paired by ordinal: RETURNING's order is not promised.
     const arrays = this.columns.map((column, i) => `$${i + 1}::${columnTypes[column] ?? 'text'}[]`).join(', ')
     this.insertMany = `WITH input AS MATERIALIZED (
       SELECT nextval('${name}_id_seq'::regclass) AS id, ${list}, ord
@@ -41,19 +50,20 @@ export class Table<New extends object, T extends Row> {
     SELECT id FROM input ORDER BY ord`
   }
 
-  private values (input: New): unknown[] {
+  /** The input's values in column order (absent: null). */
+  values (input: New): unknown[] {
     return this.columns.map(column => (input as Record<string, unknown>)[column] ?? null)
   }
 
   /** Every input in one statement, committed together; row i belongs to input i. */
   async insertBatch (inputs: New[]): Promise<T[]> {
-    const arrays = this.columns.map(column => inputs.map(input => (input as Record<string, unknown>)[column] ?? null))
-    const { rows } = await this.db.query<{ id: bigint }>(this.insertMany, arrays)
+    const values = inputs.map(input => this.values(input))
+    const { rows } = await this.db.query<{ id: bigint }>(this.insertMany, this.columns.map((_, c) => values.map(v => v[c])))
     if (rows.length !== inputs.length) throw new Error(`batch insert returned ${rows.length} ids for ${inputs.length} rows`)
-    return inputs.map((input, i) => toRow<T>({ id: (rows[i] as { id: bigint }).id, ...Object.fromEntries(this.columns.map(c => [c, (input as Record<string, unknown>)[c] ?? null])) }))
+    return values.map((row, i) => toRow<T>({ id: rows[i]?.id, ...Object.fromEntries(this.columns.map((c, j) => [c, row[j]])) }))
   }
 
-  /** One row with the caller's client, inside the caller's transaction (e.g. with its idempotency record). */
+  /** One row inside the caller's transaction (e.g. with its idempotency record). */
   async insertWith (client: pg.ClientBase, input: New): Promise<T> {
     const { rows } = await client.query({ text: this.insertOne, values: this.values(input) })
     return toRow<T>(rows[0] as Record<string, unknown>)
@@ -72,15 +82,12 @@ export class Table<New extends object, T extends Row> {
 
   /** The rows with ids in [from, to), in id order. */
   async getRange (from: bigint, to: bigint): Promise<T[]> {
-    const { rows } = await this.db.query(`${this.select} WHERE id >= $1 AND id < $2 ORDER BY id`, [from.toString(), to.toString()])
+    const { rows } = await this.db.query(`${this.select} WHERE id >= $1 AND id < $2 ORDER BY id`,
+      [from.toString(), to.toString()])
     return rows.map(row => toRow<T>(row))
   }
 
-  /**
-   * Every row in id order, handed to `onChunk` in chunks of at most `chunkRows`, all from one snapshot. A
-   * list that fits in one chunk costs one statement; a longer one is read again through a cursor in a
-   * read-only transaction.
-   */
+  /** Every row in id order, in chunks, from one snapshot: a short list in one statement, a long one by cursor. */
   async listInChunks (onChunk: (rows: T[]) => void, chunkRows = LIST_CHUNK_ROWS): Promise<void> {
     const ordered = `${this.select} ORDER BY id`
     const { rows } = await this.db.query(`${ordered} LIMIT $1`, [chunkRows + 1])
@@ -99,4 +106,22 @@ export class Table<New extends object, T extends Row> {
       await client.query('COMMIT')
     })
   }
+
+  /** Why this table cannot serve (missing, or its change-notification triggers are), or undefined. */
+  async problem (): Promise<string | undefined> {
+    const { rows } = await this.db.query<{ exists: boolean, inserts: boolean, changes: boolean }>(TRIGGERS, [this.name])
+    const found = rows[0]
+    if (found?.exists !== true) return `table ${this.name} does not exist: apply its migration`
+    if (found.inserts && found.changes) return undefined
+    return `table ${this.name} lacks its change-notification triggers; its migration must add both ` +
+      '(notify_table_insert AFTER INSERT, notify_table_change AFTER UPDATE OR DELETE OR TRUNCATE; docs/architecture.md)'
+  }
 }
+
+// pg_trigger.tgtype bits: 1 row-level, 2 before, 4 insert, 8 delete, 16 update, 32 truncate, 64 instead.
+const TRIGGERS = `
+SELECT to_regclass($1) IS NOT NULL AS exists,
+  coalesce(bool_or(p.proname = 'notify_table_insert' AND t.tgtype & 71 = 4), false) AS inserts,
+  coalesce(bool_or(p.proname = 'notify_table_change' AND t.tgtype & 67 = 0 AND t.tgtype & 56 = 56), false) AS changes
+FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+WHERE t.tgrelid = to_regclass($1) AND t.tgenabled <> 'D'`

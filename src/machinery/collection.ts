@@ -17,72 +17,66 @@ export interface CollectionServices {
 }
 
 export interface CollectionOptions {
-  /** The table (`id bigserial PRIMARY KEY` and the columns); its trigger notifies `<name>_changed`; metric names start with it. */
+  /** The table; its triggers notify `<name>_changed`; metric names start with it. */
   name: string
-  /** The columns a create writes and a read returns, with their SQL types: `{ name: 'text' }`. */
+  /** The columns a create writes and a read returns, with their SQL types (db/table.ts columnsOf). */
   columns: Record<string, string>
-  /** The contract's operationId of the create: its Idempotency-Key records belong to it. */
+  /** The operationId of the create: its Idempotency-Key records belong to it. */
   createOperation: string
 }
 
-/** What an idempotent create answered: its own row and response, or the remembered response of an earlier request. */
 export type CreateOutcome<T> =
   | { kind: 'created', row: T, response: StoredResponse }
   | { kind: 'replay', response: StoredResponse }
 
 /**
- * One resource's rows: its list (cached: list-cache.ts) and its one write path.
- * Every create goes through here, and here alone the list cache is told of it,
- * before the create's caller answers; a route cannot forget to.
- *
- * - create: group commit (create-batcher.ts); the cache is told of each batch.
- * - createIdempotent: the row and the record of its answer in one transaction
- *   (idempotency.ts); the cache is told of the row, or that a failure left the
- *   table unknown (a refusal wrote nothing).
+ * One resource's rows: its cached list and its one write path. Every create goes through here, and here the
+ * list cache is told of it before the caller answers, so a route cannot forget to.
  */
 export class Collection<New extends object, T extends Row> {
-  private readonly table: Table<New, T>
+  readonly table: Table<New, T>
   private readonly cache: ListCache<T>
   private readonly compressor: ListCompressor
   private readonly batcher: CreateBatcher<New, T>
-  private readonly columns: string[]
 
   constructor (private readonly services: CollectionServices, private readonly options: CollectionOptions) {
-    const { name } = options
-    this.columns = Object.keys(options.columns)
-    this.table = new Table<New, T>(services.db, name, options.columns)
-    this.cache = new ListCache(this.table, { feed: services.feed, channel: `${name}_changed`, metricPrefix: name, registry: services.registry })
-    this.compressor = new ListCompressor({ metricPrefix: name, registry: services.registry })
-    this.batcher = new CreateBatcher(this.table, { registry: services.registry, metricPrefix: name, observer: this.cache })
+    const { name, columns } = options
+    const { feed, registry } = services
+    this.table = new Table<New, T>(services.db, name, columns)
+    this.cache = new ListCache(this.table, { feed, channel: `${name}_changed`, metricPrefix: name, registry })
+    this.compressor = new ListCompressor({ metricPrefix: name, registry })
+    this.batcher = new CreateBatcher(this.table, { registry, metricPrefix: name, observer: this.cache })
   }
 
-  /** Committed, and already in this instance's list. */
+  /** Committed (group commit), and already in this instance's list. */
   async create (input: New): Promise<T> {
     return await this.cache.writing(this.batcher.create(input))
   }
 
   /**
-   * With an Idempotency-Key: the remembered answer for this owner, operation and key (a replay, or a refusal
-   * thrown), or else the row created and `answer`'s response for it, committed together.
+   * With an Idempotency-Key: the remembered answer (a replay, or a refusal thrown), or else the row created
+   * and `answer`'s response for it, committed together.
    */
-  async createIdempotent (owner: Buffer, key: string, input: New, answer: (row: T) => StoredResponse): Promise<CreateOutcome<T>> {
-    // The body as the operation understands it: the same values sent with other spacing or member order are the same body.
-    const hash = digestOf(this.columns.map(column => (input as Record<string, unknown>)[column] ?? null))
+  async createIdempotent (owner: Buffer, key: string, input: New, answer: (row: T) => StoredResponse):
+  Promise<CreateOutcome<T>> {
+    // The values, not the bytes: the same body with other spacing or member order is the same body.
+    const hash = digestOf(this.table.values(input))
+    const work = async (client: pg.ClientBase): Promise<{ result: T, response: StoredResponse }> => {
+      const row = await this.table.insertWith(client, input)
+      return { result: row, response: answer(row) }
+    }
     let outcome
     try {
-      outcome = await this.cache.writing(this.services.idempotency.execute(owner, this.options.createOperation, key, hash, async (client: pg.ClientBase) => {
-        const row = await this.table.insertWith(client, input)
-        const response = answer(row)
-        return { result: { row, response }, response }
-      }))
+      outcome = await this.cache.writing(
+        this.services.idempotency.execute(owner, this.options.createOperation, key, hash, work))
     } catch (err) {
       // A refusal wrote nothing; any other failure may have committed before its answer was lost.
       if (!isIdempotencyRefusal(err)) this.cache.invalidate()
       throw err
     }
     if (outcome.kind === 'replay') return outcome
-    this.cache.created([outcome.result.row])
-    return { kind: 'created', ...outcome.result }
+    this.cache.created([outcome.result])
+    return { kind: 'created', row: outcome.result, response: outcome.response }
   }
 
   /** The list; `serialize` writes an array of rows exactly as the route's schema does. */
@@ -90,7 +84,7 @@ export class Collection<New extends object, T extends Row> {
     return await this.cache.read(serialize)
   }
 
-  /** The list in a content coding: compressed once per list version, the reads meanwhile sharing it. */
+  /** The list in a content coding: compressed once per list version, shared by the reads meanwhile. */
   async compressed (list: ListBody, encoding: ListEncoding): Promise<ListBody> {
     return await this.compressor.compressed(list, encoding)
   }

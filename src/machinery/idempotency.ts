@@ -24,7 +24,7 @@ const RETRY_AFTER_SECONDS = 1
 export interface StoredResponse { status: number, body: string, location: string | null }
 
 export type Outcome<T> =
-  | { kind: 'created', result: T }
+  | { kind: 'created', result: T, response: StoredResponse }
   | { kind: 'replay', response: StoredResponse }
 
 /**
@@ -106,7 +106,7 @@ export class IdempotencyStore {
       if (answered !== undefined) return { kind: 'replay', response: answered }
       const { result, response } = await work(client)
       await client.query({ text: REMEMBER_ANSWER, values: [owner, operation, key, hash, response.status, response.body, response.location] })
-      return { kind: 'created', result }
+      return { kind: 'created', result, response }
     })
   }
 

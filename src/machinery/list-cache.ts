@@ -1,10 +1,8 @@
 import { createHash, type Hash } from 'node:crypto'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import { Counter, Gauge, type Registry } from 'prom-client'
+import type { Row } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
-
-/** What a list cache holds: rows with a bigint id, listed in id order. */
-export interface Row { id: bigint }
 
 /** Where a list is read from (a resource's db/table.ts). */
 export interface ListSource<T extends Row> {

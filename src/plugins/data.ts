@@ -6,15 +6,14 @@ import type { Row } from '../db/table.js'
 import { ChangeFeed, notifyThrough } from '../machinery/change-feed.js'
 import { Collection, type CollectionOptions } from '../machinery/collection.js'
 import { IdempotencyStore } from '../machinery/idempotency.js'
+import { StartupError } from '../startup-error.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The one way to the database (db/database.ts). */
     db: Database
-    /** One LISTENing connection for every resource's list cache. */
-    changeFeed: ChangeFeed
-    /** A resource's rows: its cached list and its one write path (machinery/collection.ts). */
     collection: <New extends object, T extends Row>(options: CollectionOptions) => Collection<New, T>
+    /** Refuses (StartupError) when a collection's table or its change-notification triggers are missing. */
+    verifyTables: () => Promise<void>
   }
 }
 
@@ -22,17 +21,11 @@ export interface DataOptions {
   database: DatabaseOptions
   /** Where the feed LISTENs, and which setting that address came from (for its logs and metrics). */
   listen: { connectionString: string, connectionName: string }
-  /** How often expired Idempotency-Key records are deleted, off the request path. */
   idempotencyCleanupMs: number
   registry: Registry
 }
 
-/**
- * What every resource shares: the database, one change feed (started once every
- * resource has subscribed, when the app is ready) and the Idempotency-Key store.
- * Resources declare `dependencies: ['data']` and make their collections with
- * `app.collection(...)`.
- */
+/** What every resource shares: the database, one change feed (started when the app is ready), idempotency. */
 async function data (app: FastifyInstance, options: DataOptions): Promise<void> {
   const db = new Database(options.database)
   const feed = new ChangeFeed({
@@ -45,12 +38,23 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
   })
   db.servers.onMove(() => { feed.reconnectIf(client => db.servers.isStale(client)) })
   const idempotency = new IdempotencyStore(db)
+  const collections: Array<Collection<object, Row>> = []
   app.decorate('db', db)
-  app.decorate('changeFeed', feed)
-  app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions) =>
-    new Collection<New, T>({ db, feed, idempotency, registry: options.registry }, collection))
+  app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions) => {
+    const made = new Collection<New, T>({ db, feed, idempotency, registry: options.registry }, collection)
+    collections.push(made as unknown as Collection<object, Row>)
+    return made
+  })
+  app.decorate('verifyTables', async () => {
+    for (const { table } of collections) {
+      const problem = await table.problem()
+      if (problem !== undefined) throw new StartupError(problem)
+    }
+  })
   app.addHook('onReady', async () => { feed.start() })
-  idempotency.startCleanup(options.idempotencyCleanupMs, (err) => { app.log.warn({ err }, 'deleting expired idempotency keys failed') })
+  idempotency.startCleanup(options.idempotencyCleanupMs, (err) => {
+    app.log.warn({ err }, 'deleting expired idempotency keys failed')
+  })
   app.addHook('onClose', async () => {
     idempotency.stopCleanup()
     await feed.close()

@@ -39,6 +39,7 @@ export async function testApp (t: Teardown, databaseUrl: string, env: Record<str
   // More of what the service could be made of (test-only resources), before it is ready.
   await extra.register?.(app)
   await app.ready()
+  await app.verifyTables()
   return { app, logs }
 }
 

@@ -39,7 +39,7 @@ export interface paths {
          * Get one category (experimental)
          * @description Experimental: may change incompatibly or disappear in any release, without a deprecation period.
          *
-         *     Experimental extension of the interface.
+         *     The category with this id.
          */
         get: operations["getCategory"];
         put?: never;
