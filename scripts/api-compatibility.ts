@@ -28,6 +28,11 @@ export function pathVersion (document: Document): string | undefined {
   return /\/v\d+(?=\/|$)/.exec(document.servers?.[0]?.url ?? '')?.[0]
 }
 
+/** A code added to an error response's Error code enum: the code set is open (docs/api.md), clients go by status. */
+function addsErrorCode (path: Array<string | number>, action: string): boolean {
+  return action === 'add' && path[3] === 'responses' && Number(path[4]) >= 400 && path.slice(-3, -1).join('.') === 'code.enum'
+}
+
 /** A removed member of a response body's schema: `paths/<path>/<method>/responses/<status>/.../properties/<name>`. */
 function removesResponseMember (path: Array<string | number>): boolean {
   return path[3] === 'responses' && path.at(-2) === 'properties'
@@ -55,7 +60,9 @@ export function compareDocuments (before: Document, after: Document): Compatibil
         : METHODS.has(method) ? diff.description ?? `[${diff.action}]` : `[Removed] operation ${each.toUpperCase()} ${path}`
       const where = diff.path.slice(3).join('.')
       const line = `${name}: ${what}${where === '' ? '' : ` [${where}]`}`
-      if (newVersion) {
+      if (addsErrorCode(diff.path, diff.action)) {
+        result.warnings.push(`${line} (allowed: a new error code; clients handle unknown codes by their status)`)
+      } else if (newVersion) {
         result.warnings.push(`${line} (allowed: the path version changes from ${versionBefore ?? 'none'} to ${versionAfter ?? 'none'})`)
       } else if (operation?.['x-stability'] === 'experimental') {
         result.warnings.push(`${line} (allowed: the operation is x-stability: experimental)`)

@@ -122,3 +122,23 @@ t.test('a resource whose table lacks its change-notification triggers cannot go 
     refusal, 'a disabled trigger is no trigger')
   await t.resolves(testApp(t, await migrated(widgetsMigration), {}, { register }), 'with both, it starts')
 })
+
+t.test('a row the table\'s own constraints refuse: 409 or 400 in the Error shape, and only for that request', async t => {
+  const url = await db.createDatabase()
+  await runMigrations(url, { info () {}, warn () {}, error () {} })
+  const owner = new pg.Client({ connectionString: url })
+  await owner.connect()
+  await owner.query(widgetsMigration)
+  await owner.query("ALTER TABLE widgets ADD UNIQUE (name), ADD CHECK (name <> 'forbidden')")
+  await owner.end()
+  const { app } = await testApp(t, url, {}, { register })
+  t.equal((await create(app, '/v1/widgets', 'taken')).status, 201)
+  // One group commit: a refused row must not fail the others batched with it.
+  const batch = await Promise.all(['taken', 'free-1', 'forbidden', 'free-2'].map(async name => await create(app, '/v1/widgets', name)))
+  t.same(batch.map(res => res.status), [409, 201, 400, 201])
+  t.same(batch[0]?.body, { code: 'CONFLICT', message: 'a stored row already holds a value of this request that must be unique', status: 409 })
+  t.same(batch[2]?.body, { code: 'VALIDATION_FAILED', message: 'the request breaks a rule of the stored data', status: 400 })
+  const idempotent = await create(app, '/v1/widgets', 'taken', { 'idempotency-key': 'conflict-1' })
+  t.equal(idempotent.status, 409, 'with an Idempotency-Key too')
+  t.same(await names(app, '/v1/widgets'), ['taken', 'free-1', 'free-2'], 'the list holds the committed rows, nothing else')
+})

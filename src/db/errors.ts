@@ -66,7 +66,26 @@ export function isDatabaseUnavailable (err: unknown): boolean {
   return UNAVAILABLE_MESSAGES.test(err.message)
 }
 
-/** The error a caller of db/database.ts sees: "unavailable" failures as a DatabaseUnavailableError, the rest as they were. */
+/**
+ * A row the table's constraints refuse (SQLSTATE class 23): `conflict` for a unique or exclusion constraint
+ * (another row holds the value), `invalid` for the others (check, not-null, foreign key).
+ */
+export class ConstraintViolationError extends Error {
+  readonly kind: 'conflict' | 'invalid'
+
+  constructor (code: string, cause: Error) {
+    super('a constraint of the table refused the row', { cause })
+    this.name = 'ConstraintViolationError'
+    this.kind = code === '23505' || code === '23P01' ? 'conflict' : 'invalid'
+  }
+}
+
+/** The error a caller of db/database.ts sees: unavailable and constraint failures typed, the rest as they were. */
 export function databaseError (err: unknown): unknown {
-  return err instanceof DatabaseUnavailableError || !isDatabaseUnavailable(err) ? err : new DatabaseUnavailableError(err)
+  if (err instanceof DatabaseUnavailableError || err instanceof ConstraintViolationError) return err
+  const code = (err as { code?: unknown } | undefined)?.code
+  if (err instanceof Error && typeof code === 'string' && /^23[0-9A-Z]{3}$/.test(code)) {
+    return new ConstraintViolationError(code, err)
+  }
+  return isDatabaseUnavailable(err) ? new DatabaseUnavailableError(err) : err
 }

@@ -1,10 +1,10 @@
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { DatabaseUnavailableError } from '../db/errors.js'
+import { ConstraintViolationError, DatabaseUnavailableError } from '../db/errors.js'
 import { IdempotencyKeyInUseError, IdempotencyKeyReusedError } from '../machinery/idempotency.js'
 import { patternRules } from '../shared/text-rules.js'
-import { ApiError, errorForStatus, malformedJson, notFound, serviceUnavailable, validationFailed } from './errors.js'
+import { ApiError, CONFLICT, errorForStatus, malformedJson, notFound, serviceUnavailable, validationFailed } from './errors.js'
 
 /*
  * One place turns every failure into the contract's Error body: our own
@@ -42,6 +42,11 @@ function describeValidation (error: AjvError, context: string): string {
 export function toApiError (err: unknown): ApiError {
   if (err instanceof ApiError) return err
   if (err instanceof DatabaseUnavailableError) return serviceUnavailable(err.message)
+  if (err instanceof ConstraintViolationError) {
+    return err.kind === 'conflict'
+      ? new ApiError(409, CONFLICT, 'a stored row already holds a value of this request that must be unique')
+      : validationFailed('the request breaks a rule of the stored data')
+  }
   if (err instanceof IdempotencyKeyInUseError) return new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', err.message, { 'retry-after': String(err.retryAfterSeconds) })
   if (err instanceof IdempotencyKeyReusedError) return new ApiError(422, 'IDEMPOTENCY_KEY_REUSED', err.message)
   const error = err as FastifyError & { validation?: AjvError[], validationContext?: string }

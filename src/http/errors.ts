@@ -23,10 +23,12 @@ export const ErrorCodes = {
 } as const
 
 export const MALFORMED_JSON = 'MALFORMED_JSON'
+/** 409 for a value a unique constraint of the table already holds (the resource's own rule). */
+export const CONFLICT = 'CONFLICT'
 
-export type ErrorCode = (typeof ErrorCodes)[keyof typeof ErrorCodes] | typeof MALFORMED_JSON
+export type ErrorCode = (typeof ErrorCodes)[keyof typeof ErrorCodes] | typeof MALFORMED_JSON | typeof CONFLICT
 
-const allCodes: ErrorCode[] = [...new Set<ErrorCode>([...Object.values(ErrorCodes), MALFORMED_JSON])]
+const allCodes: ErrorCode[] = [...new Set<ErrorCode>([...Object.values(ErrorCodes), MALFORMED_JSON, CONFLICT])]
 
 export const ErrorSchema = Type.Object({
   code: Type.Unsafe<ErrorCode>({ type: 'string', enum: allCodes, description: 'Machine-readable error code' }),

@@ -1,6 +1,7 @@
 import type pg from 'pg'
 import type { Registry } from 'prom-client'
 import type { Database } from '../db/database.js'
+import { ConstraintViolationError } from '../db/errors.js'
 import { Table, type Row } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
 import { CreateBatcher } from './create-batcher.js'
@@ -71,7 +72,7 @@ export class Collection<New extends object, T extends Row> {
         this.services.idempotency.execute(owner, this.options.createOperation, key, hash, work))
     } catch (err) {
       // A refusal wrote nothing; any other failure may have committed before its answer was lost.
-      if (!isIdempotencyRefusal(err)) this.cache.invalidate()
+      if (!isIdempotencyRefusal(err) && !(err instanceof ConstraintViolationError)) this.cache.invalidate()
       throw err
     }
     if (outcome.kind === 'replay') return outcome

@@ -1,4 +1,5 @@
 import { Counter, Histogram, type Registry } from 'prom-client'
+import { ConstraintViolationError } from '../db/errors.js'
 
 interface PendingCreate<New, Created> {
   input: New
@@ -86,21 +87,31 @@ export class CreateBatcher<New, Created> {
   private insert (batch: Array<PendingCreate<New, Created>>): void {
     this.inFlight++
     this.batchRows?.observe(batch.length)
-    this.repository.insertBatch(batch.map(pending => pending.input)).then(
-      rows => {
-        this.observer?.created(rows)
-        batch.forEach((pending, i) => { pending.resolve(rows[i] as Created) })
-      },
-      (err: unknown) => {
-        this.failedBatches?.inc()
-        this.observer?.invalidate()
-        for (const pending of batch) pending.reject(err)
-      }
-    ).finally(() => {
+    this.commit(batch).finally(() => {
       this.inFlight--
       // Whatever gathered while this batch ran goes now, without waiting for another turn.
       this.flush()
       this.scheduleFlush()
-    })
+    }).catch(() => {})
+  }
+
+  private async commit (batch: Array<PendingCreate<New, Created>>): Promise<void> {
+    let rows: Created[]
+    try {
+      rows = await this.repository.insertBatch(batch.map(pending => pending.input))
+    } catch (err) {
+      if (err instanceof ConstraintViolationError) {
+        // One refused row fails its whole statement: alone, each request gets its own outcome.
+        if (batch.length > 1) for (const pending of batch) await this.commit([pending])
+        else batch[0]?.reject(err)
+        return
+      }
+      this.failedBatches?.inc()
+      this.observer?.invalidate()
+      for (const pending of batch) pending.reject(err)
+      return
+    }
+    this.observer?.created(rows)
+    batch.forEach((pending, i) => { pending.resolve(rows[i] as Created) })
   }
 }
