@@ -6,11 +6,6 @@
  * another value than the one we store. docs/hardening.md has each decision.
  */
 
-declare global {
-  // ES2024, in Node.js since 20.0; the project's TypeScript lib is ES2023.
-  interface String { isWellFormed: () => boolean }
-}
-
 /** Deeper nesting is refused: far below the limits of common parsers (Ruby's 100, Python's recursion limit). */
 export const MAX_JSON_DEPTH = 32
 
