@@ -1,41 +1,29 @@
 import { randomBytes } from 'node:crypto'
 import { trace } from '@opentelemetry/api'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
-import type { Registry } from 'prom-client'
 import categories from './categories/routes.js'
 import type { Config } from './config.js'
-import { migrationNames } from './db/migrate.js'
 import auth from './http/auth.js'
-import { registerCors } from './http/cors.js'
+import cors from './http/cors.js'
 import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
 import { ErrorSchema } from './http/errors.js'
-import { registerHealthRoutes } from './http/health.js'
+import health from './http/health.js'
 import { registerJsonBodyParser } from './http/json-body.js'
-import { registerResponseHeaders, requestId, type Lifecycle } from './http/lifecycle.js'
+import lifecycle, { requestId } from './http/lifecycle.js'
 import { registerMethodNotAllowed } from './http/method-not-allowed.js'
-import { createMetrics, registerPoolMetrics } from './http/metrics.js'
+import metrics from './http/metrics.js'
 import { registerOpenApi } from './http/openapi.js'
 import rateLimits from './http/rate-limit.js'
-import { registerSingletonHeaderCheck } from './http/singleton-headers.js'
-import { registerPetRoutes } from './pets/routes.js'
+import singletonHeaders from './http/singleton-headers.js'
+import pets from './pets/routes.js'
 import data from './plugins/data.js'
-import { registerStoreRoutes } from './store/routes.js'
+import store from './store/routes.js'
 import { wellFormedPattern } from './shared/text-rules.js'
 
 export interface AppOptions {
   /** Where log lines go (tests capture them); stdout by default. */
   logStream?: NodeJS.WritableStream
 }
-
-declare module 'fastify' {
-  interface FastifyInstance {
-    lifecycle: Lifecycle
-    metrics: Registry
-  }
-}
-
-/** Requests slower than this are logged at info even when they succeed. */
-const SLOW_REQUEST_MS = 1000
 
 /** Expired Idempotency-Key records are deleted this often, in small batches, off the request path. */
 const IDEMPOTENCY_CLEANUP_INTERVAL_MS = 10 * 60 * 1000
@@ -101,36 +89,18 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     }
   })
 
-  const lifecycle: Lifecycle = { shuttingDown: false }
-  app.decorate('lifecycle', lifecycle)
-  const { registry, durations } = createMetrics()
-  app.decorate('metrics', registry)
-
-  registerResponseHeaders(app, lifecycle)
+  // Plugins run their hooks in this order, and each names the ones it needs before it (fastify-plugin checks).
+  await app.register(lifecycle)
   registerErrorHandling(app)
+  await app.register(metrics)
   registerJsonBodyParser(app)
-  // First of the onRequest hooks: preflights are answered before auth, and every error a page gets carries the CORS headers.
-  await registerCors(app, config.corsOrigins)
-  // Before the rate limits and auth: a repeated Authorization is refused before any key is looked at.
-  registerSingletonHeaderCheck(app)
-  app.addHook('onResponse', function requestCompleted (request, reply, done) {
-    const ms = reply.elapsedTime
-    durations.observe({ method: request.method, route: request.routeOptions.url ?? 'unmatched', status: reply.statusCode }, ms / 1000)
-    // Failures and slow requests at info; the rest at debug (the balancer and the metrics see every request).
-    const level = reply.statusCode >= 400 || ms >= SLOW_REQUEST_MS ? 'info' : 'debug'
-    request.log[level]({ req: request, statusCode: reply.statusCode, ms: Math.round(ms) }, 'request completed')
-    done()
-  })
-
+  await app.register(cors, { origins: config.corsOrigins })
+  await app.register(singletonHeaders)
   app.addSchema(ErrorSchema)
   await registerOpenApi(app)
-  // The failed-authentication and per-key limits: auth.ts's one access hook applies them around the key check.
-  await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit, redis: config.redis, registry })
+  await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit, redis: config.redis })
   await app.register(auth, { digests: config.apiKeyDigests })
-  // After auth: a known path with another method is 405 only for a valid key.
   registerMethodNotAllowed(app)
-
-  // What every resource shares: the database, one change feed, the Idempotency-Key store.
   await app.register(data, {
     database: {
       connectionString: config.databaseUrl,
@@ -145,16 +115,11 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     listen: config.databaseDirectUrl === undefined
       ? { connectionString: config.databaseUrl, connectionName: 'DATABASE_URL' }
       : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' },
-    idempotencyCleanupMs: IDEMPOTENCY_CLEANUP_INTERVAL_MS,
-    registry
+    idempotencyCleanupMs: IDEMPOTENCY_CLEANUP_INTERVAL_MS
   })
-  registerPoolMetrics(registry, app.db.pool)
-  registerHealthRoutes(app, { migrations: await migrationNames(), lifecycle })
-
-  // The resources.
+  await app.register(health)
   await app.register(categories)
-  registerPetRoutes(app, { sunset: config.petsSunset })
-  registerStoreRoutes(app)
-
+  await app.register(pets, { sunset: config.petsSunset })
+  await app.register(store)
   return app
 }

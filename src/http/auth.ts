@@ -12,25 +12,10 @@ export function isProtectedPath (url: string): boolean {
   return url === '/v1' || url.startsWith('/v1/') || url.startsWith('/v1?')
 }
 
-/**
- * What the failed-authentication and per-key limits (rate-limit.ts) do around
- * the key check. The access hook below calls them; without them (an app that
- * registers auth alone) only the key is checked.
- */
-export interface AccessLimits {
-  /** A request without a valid key: counts the failure; rejects with 429 over the limit, else resolves (the hook answers 401). */
-  failed: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
-  /** A request with a valid key: undefined when nothing can refuse it, else a promise that rejects with 429. */
-  verified: (request: FastifyRequest, reply: FastifyReply) => Promise<void> | undefined
-}
-
 declare module 'fastify' {
   interface FastifyRequest {
     /** SHA-256 of the API key that authenticated this request (never the key itself); null outside /v1. */
     apiKeyDigest: Buffer | null
-  }
-  interface FastifyInstance {
-    accessLimits: AccessLimits
   }
 }
 
@@ -83,19 +68,14 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
   })
   const verify = app.verifyBearerAuth
   if (verify === undefined) throw new Error('@fastify/bearer-auth did not decorate verifyBearerAuth')
-  let limits: AccessLimits | undefined
-  app.addHook('onReady', function findLimits (done) {
-    limits = app.hasDecorator('accessLimits') ? app.accessLimits : undefined
-    done()
-  })
+  const limits = app.accessLimits
   const admit = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
-    const pending = limits?.verified(request, reply)
+    const pending = limits.verified(request, reply)
     if (pending === undefined) done()
     else pending.then(() => { done() }, done)
   }
   const refuse = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
-    if (limits === undefined) done(unauthorized(request))
-    else limits.failed(request, reply).then(() => { done(unauthorized(request)) }, done)
+    limits.failed(request, reply).then(() => { done(unauthorized(request)) }, done)
   }
   app.addHook('onRequest', function access (request, reply, done) {
     if (!isProtectedPath(request.url)) {
@@ -113,4 +93,4 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
   })
 }
 
-export default fp(auth, { name: 'auth' })
+export default fp(auth, { name: 'auth', dependencies: ['rate-limits', 'singleton-headers'] })

@@ -1,5 +1,6 @@
 import cors from '@fastify/cors'
 import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 
 /** Every method a route under /v1 answers (test/cors.test.ts checks the routes against it). */
 export const CORS_METHODS = ['GET', 'HEAD', 'POST']
@@ -30,7 +31,7 @@ function isPreflight (method: string, headers: Record<string, unknown>): boolean
  * A preflight never carries a key, so neither answer counts as a failed
  * authentication nor toward a key's limit. Every response carries Vary: Origin.
  */
-export async function registerCors (app: FastifyInstance, origins: string[]): Promise<void> {
+async function corsOrigins (app: FastifyInstance, { origins }: { origins: string[] }): Promise<void> {
   if (origins.length === 0) return
   const allowed = new Set(origins)
   await app.register(cors, {
@@ -52,3 +53,5 @@ export async function registerCors (app: FastifyInstance, origins: string[]): Pr
     reply.code(204).header('content-length', '0').send()
   })
 }
+
+export default fp(corsOrigins, { name: 'cors' })

@@ -1,10 +1,13 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
 import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 
-/** What the instance knows about its own shutdown; server.ts flips it on SIGTERM. */
-export interface Lifecycle {
-  shuttingDown: boolean
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** What the instance knows of its own shutdown; server.ts flips it on SIGTERM. */
+    lifecycle: { shuttingDown: boolean }
+  }
 }
 
 /** A request id from the balancer is kept when it is sane (it goes into logs and a header); otherwise we make one. */
@@ -15,18 +18,18 @@ export function requestId (req: IncomingMessage): string {
 }
 
 /**
- * The headers every response carries, set in one onSend hook (every response
- * made through Fastify passes it, errors and 304s included):
- * - X-Request-Id: the request's id (the balancer's, or ours);
- * - from the moment shutdown begins, Connection: close, so keep-alive clients
- *   reconnect (through the balancer, to another instance) and no idle
- *   connection can hold the process open. It is decided at send time, so a
- *   request already in flight when the signal came gets it too.
+ * Every response carries X-Request-Id, and from the moment shutdown begins Connection: close (decided at send
+ * time, so a request in flight gets it too): keep-alive clients move to another instance, and no idle
+ * connection holds the process open.
  */
-export function registerResponseHeaders (app: FastifyInstance, lifecycle: Lifecycle): void {
+async function lifecycle (app: FastifyInstance): Promise<void> {
+  const state = { shuttingDown: false }
+  app.decorate('lifecycle', state)
   app.addHook('onSend', function responseHeaders (request, reply, payload, done) {
     reply.header('x-request-id', request.id)
-    if (lifecycle.shuttingDown && request.raw.httpVersionMajor < 2) reply.header('connection', 'close')
+    if (state.shuttingDown && request.raw.httpVersionMajor < 2) reply.header('connection', 'close')
     done(null, payload)
   })
 }
+
+export default fp(lifecycle, { name: 'lifecycle' })

@@ -1,14 +1,24 @@
 import { createServer, type Server } from 'node:http'
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 import type pg from 'pg'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    metrics: Registry
+  }
+}
+
+/** Requests slower than this are logged at info even when they succeed. */
+const SLOW_REQUEST_MS = 1000
+
 /**
- * Prometheus metrics, served on their own port (METRICS_PORT), never on the
- * public one: request duration by route pattern (never the raw URL, so ids do
- * not explode the label set) and status, the process's defaults, and the
- * database pool's counts.
+ * Prometheus metrics (served on METRICS_PORT, never the public port): request durations by route pattern (never
+ * the raw URL) and status, and the process's defaults. One log line per request: failures and slow requests
+ * at info, the rest at debug (the balancer and the metrics see every request).
  */
-export function createMetrics (): { registry: Registry, durations: Histogram<'method' | 'route' | 'status'> } {
+async function metrics (app: FastifyInstance): Promise<void> {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   const durations = new Histogram({
@@ -18,8 +28,18 @@ export function createMetrics (): { registry: Registry, durations: Histogram<'me
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registers: [registry]
   })
-  return { registry, durations }
+  app.decorate('metrics', registry)
+  app.addHook('onResponse', function requestCompleted (request, reply, done) {
+    const ms = reply.elapsedTime
+    const route = request.routeOptions.url ?? 'unmatched'
+    durations.observe({ method: request.method, route, status: reply.statusCode }, ms / 1000)
+    const level = reply.statusCode >= 400 || ms >= SLOW_REQUEST_MS ? 'info' : 'debug'
+    request.log[level]({ req: request, statusCode: reply.statusCode, ms: Math.round(ms) }, 'request completed')
+    done()
+  })
 }
+
+export default fp(metrics, { name: 'metrics' })
 
 export function registerPoolMetrics (registry: Registry, pool: pg.Pool): void {
   const poolGauge = (name: string, help: string, read: () => number): Gauge => new Gauge({
@@ -32,20 +52,20 @@ export function registerPoolMetrics (registry: Registry, pool: pg.Pool): void {
   pool.on('error', () => { poolErrors.inc() })
 }
 
-export async function startMetricsServer (registry: Registry, options: { port: number, host: string }): Promise<Server | undefined> {
+const JSON_TYPE = { 'content-type': 'application/json; charset=utf-8' }
+
+export async function startMetricsServer (registry: Registry, options: { port: number, host: string }):
+Promise<Server | undefined> {
   if (options.port === 0) return undefined
   const server = createServer((req, res) => {
     if (req.method !== 'GET' || req.url !== '/metrics') {
-      res.writeHead(404, { 'content-type': 'application/json; charset=utf-8' })
-      res.end(JSON.stringify({ code: 'NOT_FOUND', message: 'metrics are at GET /metrics', status: 404 }))
+      res.writeHead(404, JSON_TYPE).end(JSON.stringify({ code: 'NOT_FOUND', message: 'metrics are at GET /metrics', status: 404 }))
       return
     }
     registry.metrics().then(text => {
-      res.writeHead(200, { 'content-type': registry.contentType })
-      res.end(text)
+      res.writeHead(200, { 'content-type': registry.contentType }).end(text)
     }, () => {
-      res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' })
-      res.end(JSON.stringify({ code: 'INTERNAL_ERROR', message: 'internal error', status: 500 }))
+      res.writeHead(500, JSON_TYPE).end(JSON.stringify({ code: 'INTERNAL_ERROR', message: 'internal error', status: 500 }))
     })
   })
   await new Promise<void>((resolve, reject) => {

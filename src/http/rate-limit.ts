@@ -2,7 +2,6 @@ import { createHmac } from 'node:crypto'
 import rateLimit, { normalizeIP, type FastifyRateLimitStoreCtor } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Registry } from 'prom-client'
 import { ApiError } from './errors.js'
 import { SharedRateLimitStore } from './rate-limit-store.js'
 
@@ -16,8 +15,20 @@ export interface RateLimitOptions {
   perKeyPerMinute: number
   /** Count in this Redis, shared by every instance; per instance when undefined. */
   redis: { url: string, timeoutMs: number } | undefined
-  /** Where the Redis store's metrics go. */
-  registry: Registry
+}
+
+/** What the limits do around auth.ts's key check. */
+export interface AccessLimits {
+  /** A request without a valid key: counts the failure; rejects with 429 over the limit, else resolves (then 401). */
+  failed: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
+  /** A request with a valid key: undefined when nothing can refuse it, else a promise that rejects with 429. */
+  verified: (request: FastifyRequest, reply: FastifyReply) => Promise<void> | undefined
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    accessLimits: AccessLimits
+  }
 }
 
 const MINUTE = 60000
@@ -66,7 +77,7 @@ function tooManyRequests (message: string, policy: string, state: LimitState): A
 async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Promise<void> {
   let store: FastifyRateLimitStoreCtor | undefined
   if (options.redis !== undefined) {
-    const shared = new SharedRateLimitStore({ ...options.redis, log: app.log, registry: options.registry })
+    const shared = new SharedRateLimitStore({ ...options.redis, log: app.log, registry: app.metrics })
     await shared.connect()
     app.addHook('onClose', async () => { await shared.close() })
     store = shared.storeClass()
@@ -138,4 +149,4 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
   app.decorate('accessLimits', { failed, verified })
 }
 
-export default fp(rateLimits, { name: 'rate-limits' })
+export default fp(rateLimits, { name: 'rate-limits', dependencies: ['metrics'] })

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 import { validationFailed } from './errors.js'
 
 /**
@@ -33,9 +34,12 @@ export function repeatedSingleton (rawHeaders: string[]): string | undefined {
  * check. The 400 is the same whatever the keys are, so it tells nothing about
  * them and needs no counting.
  */
-export function registerSingletonHeaderCheck (app: FastifyInstance): void {
+async function singletonHeaders (app: FastifyInstance): Promise<void> {
   app.addHook('onRequest', function refuseRepeatedHeaders (request, _reply, done) {
     const header = repeatedSingleton(request.raw.rawHeaders)
     done(header === undefined ? undefined : validationFailed(`the ${header} header must be sent once`))
   })
 }
+
+// After CORS: a page can read this 400 too.
+export default fp(singletonHeaders, { name: 'singleton-headers', dependencies: ['cors'] })

@@ -1,9 +1,10 @@
 import { Type } from 'typebox'
 import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 import { errorResponses, notImplemented } from '../http/errors.js'
 
 /** Placeholder required by the contract: the operation exists, is deprecated, and answers 501. */
-export function registerPetRoutes (app: FastifyInstance, options: { sunset: string | undefined }): void {
+async function pets (app: FastifyInstance, options: { sunset: string | undefined }): Promise<void> {
   app.describeTag('pets', 'Pets (not implemented yet)')
   app.get('/v1/pets/:petId', {
     schema: {
@@ -22,3 +23,5 @@ export function registerPetRoutes (app: FastifyInstance, options: { sunset: stri
     throw notImplemented('getPet is not implemented yet')
   })
 }
+
+export default fp(pets, { name: 'pets' })

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Registry } from 'prom-client'
 import { Database, type DatabaseOptions } from '../db/database.js'
+import { registerPoolMetrics } from '../http/metrics.js'
 import type { Row } from '../db/table.js'
 import { ChangeFeed, notifyThrough } from '../machinery/change-feed.js'
 import { Collection, type CollectionOptions } from '../machinery/collection.js'
@@ -22,7 +22,6 @@ export interface DataOptions {
   /** Where the feed LISTENs, and which setting that address came from (for its logs and metrics). */
   listen: { connectionString: string, connectionName: string }
   idempotencyCleanupMs: number
-  registry: Registry
 }
 
 /** What every resource shares: the database, one change feed (started when the app is ready), idempotency. */
@@ -38,10 +37,11 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
   })
   db.servers.onMove(() => { feed.reconnectIf(client => db.servers.isStale(client)) })
   const idempotency = new IdempotencyStore(db)
+  registerPoolMetrics(app.metrics, db.pool)
   const collections: Array<Collection<object, Row>> = []
   app.decorate('db', db)
   app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions) => {
-    const made = new Collection<New, T>({ db, feed, idempotency, registry: options.registry }, collection)
+    const made = new Collection<New, T>({ db, feed, idempotency, registry: app.metrics }, collection)
     collections.push(made as unknown as Collection<object, Row>)
     return made
   })
@@ -62,4 +62,4 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
   })
 }
 
-export default fp(data, { name: 'data' })
+export default fp(data, { name: 'data', dependencies: ['metrics'] })

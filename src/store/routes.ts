@@ -1,8 +1,9 @@
 import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 import { errorResponses, notImplemented } from '../http/errors.js'
 
 /** Placeholder required by the contract: the operation exists and answers 501. */
-export function registerStoreRoutes (app: FastifyInstance): void {
+async function store (app: FastifyInstance): Promise<void> {
   app.describeTag('store', 'Store orders (not implemented yet)')
   app.get('/v1/store/orders', {
     schema: {
@@ -16,3 +17,5 @@ export function registerStoreRoutes (app: FastifyInstance): void {
     throw notImplemented('listOrders is not implemented yet')
   })
 }
+
+export default fp(store, { name: 'store' })
