@@ -9,6 +9,7 @@ import { parse, parseAllDocuments } from 'yaml'
 import { serviceNodeFlags } from '../bench/start-command.js'
 import { kubeTool } from '../scripts/kube-tools.js'
 import { loadConfig } from '../src/config.js'
+import { telemetryWanted } from '../src/telemetry.js'
 import { testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
@@ -109,6 +110,7 @@ t.test('every rendered object is valid against the Kubernetes API schemas', asyn
     'image.tag=1.2.3', 'image.digest=sha256:' + 'a'.repeat(64), 'replicaCount=4', 'autoscaling.enabled=false', 'autoscaling.maxReplicas=10',
     'secret.existingSecret=petstore-env', 'secret.databaseDirectUrl=postgres://u:p@db:5432/petstore', 'secret.redisUrl=redis://redis:6379',
     'config.trustProxy=true', 'config.logLevel=warn', 'args={node,--max-old-space-size=1024,dist/server.js}',
+    'config.corsOrigins=https://app.example.com', 'tracing.endpoint=http://otel-collector:4318', 'tracing.samplerArg=0.25',
     'service.type=LoadBalancer', 'metrics.enabled=false', 'metrics.service.enabled=true', 'metrics.serviceMonitor.enabled=true',
     'networkPolicy.enabled=true', 'podDisruptionBudget.enabled=false', 'migration.enabled=false', 'topologySpread.enabled=false',
     'terminationGracePeriodSeconds=60', 'resources.limits.memory=1Gi'
@@ -239,10 +241,66 @@ t.test('the Secret carries exactly what is set, and the process accepts the rend
   t.same(config.shutdown, { drainMs: 8000, timeoutMs: 15000 })
   t.equal(config.db.poolMax, 20, 'extraEnv reaches the process')
   const variables = readFileSync('src/config.ts', 'utf8')
-  for (const name of Object.keys(env)) t.match(variables, new RegExp(`^  ${name}: Type\\.`, 'm'), `${name} is a variable the service reads`)
+  const documented = readFileSync('README.md', 'utf8').split('\n## Configuration\n')[1]?.split('\n## ')[0] ?? ''
+  for (const name of Object.keys(env)) {
+    if (name.startsWith('OTEL_')) t.match(documented, `\`${name}\``, `${name} is a tracing variable of the README's configuration table`)
+    else t.match(variables, new RegExp(`^  ${name}: Type\\.`, 'm'), `${name} is a variable the service reads`)
+  }
   const checksum = find(everything, 'Deployment').spec.template.metadata.annotations['checksum/secret']
   const changed = find(await render([allOptions], ['secret.apiKeys=rotated-key-0123456789']), 'Deployment').spec.template.metadata.annotations['checksum/secret']
   t.not(changed, checksum, 'a changed key rolls the pods')
+})
+
+t.test('CORS and tracing values become the service\'s variables, and tracing keeps its --import', async t => {
+  const values = parse(readFileSync(allOptions, 'utf8')) as { config: { corsOrigins: string }, tracing: Record<string, string> }
+  const variable: Record<string, string> = {
+    endpoint: 'OTEL_EXPORTER_OTLP_ENDPOINT',
+    protocol: 'OTEL_EXPORTER_OTLP_PROTOCOL',
+    serviceName: 'OTEL_SERVICE_NAME',
+    sampler: 'OTEL_TRACES_SAMPLER',
+    samplerArg: 'OTEL_TRACES_SAMPLER_ARG',
+    resourceAttributes: 'OTEL_RESOURCE_ATTRIBUTES'
+  }
+  t.same(Object.keys(values.tracing).sort(), Object.keys(variable).sort(), 'every tracing value is set in ci/all-options-values.yaml')
+  const plain = (objects: K8sObject[]): Record<string, string> =>
+    Object.fromEntries((api(objects).env as EnvVar[]).filter(e => e.value !== undefined).map(e => [e.name, e.value as string]))
+  const set = plain(everything)
+  for (const [key, name] of Object.entries(variable)) t.equal(set[name], values.tracing[key], `tracing.${key} is ${name}`)
+  t.equal(set.CORS_ORIGINS, values.config.corsOrigins, 'config.corsOrigins is CORS_ORIGINS')
+  const config = { NODE_ENV: 'production', DATABASE_URL: 'postgres://u:p@db/petstore', API_KEYS: 'a-real-key-0123456789' }
+  t.same(loadConfig({ ...config, ...set }).corsOrigins, ['https://app.example.com', 'http://localhost:5173'], 'the service accepts the origins')
+  t.ok(telemetryWanted(set), 'tracing on with every tracing value set')
+  const unset = plain(defaults)
+  t.same(Object.keys(unset).filter(name => name === 'CORS_ORIGINS' || name.startsWith('OTEL_')), [], 'defaults: no CORS, no OTEL_* variable')
+  t.notOk(telemetryWanted(unset), 'defaults: tracing off')
+  t.same(loadConfig({ ...config, ...unset }).corsOrigins, [], 'defaults: no CORS headers')
+
+  for (const wrong of ['config.corsOrigins=https://app.example.com/', 'tracing.protocol=grpc', 'tracing.endpoint=collector:4318', 'tracing.samplerArg=2']) {
+    t.not((await helmRun(['lint', '--strict', chart, '--set', wrong])).code, 0, `refused: ${wrong}`)
+  }
+  const untraced = await helmRun(['template', 'rel', chart, '--set', 'tracing.endpoint=http://c:4318', '--set', 'args={node,--max-old-space-size=1024,dist/server.js}'])
+  t.not(untraced.code, 0, 'tracing.endpoint with args that do not load ./dist/telemetry.js is refused')
+  t.match(untraced.stderr, /--import.*\.\/dist\/telemetry\.js/)
+})
+
+t.test('the args examples change only the heap of the image\'s command, and extraEnv cannot shadow what the chart sets', async t => {
+  const image = /^CMD (\[.*\])$/m.exec(readFileSync('Dockerfile', 'utf8'))?.[1]
+  t.same(JSON.parse(image ?? '[]'), ['node', ...serviceNodeFlags(), 'dist/server.js'], 'the image runs npm start\'s command')
+  const exampleLine = /^# (\["node".*\])$/m.exec(readFileSync(path.join(chart, 'values.yaml'), 'utf8'))?.[1]
+  const examples: Array<[string, string[]]> = [
+    ['values.yaml', JSON.parse(exampleLine ?? '[]')],
+    ['ci/all-options-values.yaml', (parse(readFileSync(allOptions, 'utf8')) as { args: string[] }).args]
+  ]
+  const heapless = (command: string[]): string[] => command.filter(arg => !arg.startsWith('--max-old-space-size='))
+  for (const [file, args] of examples) {
+    t.same(heapless(args), heapless(JSON.parse(image ?? '[]')), `${file}: ${args.join(' ')}`)
+    t.not(args.join(' '), (JSON.parse(image ?? '[]') as string[]).join(' '), `${file}: an example that changes something`)
+  }
+  const schema = JSON.parse(readFileSync(path.join(chart, 'values.schema.json'), 'utf8'))
+  const forbidden = schema.properties.extraEnv.propertyNames.not.enum as string[]
+  const extra = Object.keys((parse(readFileSync(allOptions, 'utf8')) as { extraEnv: Record<string, string> }).extraEnv)
+  const chartSets = (api(everything).env as EnvVar[]).map(e => e.name).filter(name => !extra.includes(name))
+  t.same(forbidden.slice().sort(), chartSets.sort(), 'extraEnv refuses exactly the names the chart sets from its own values')
 })
 
 t.test('the metrics port is never in the public Service; its own Service and ServiceMonitor only when asked', async t => {

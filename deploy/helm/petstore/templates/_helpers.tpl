@@ -97,3 +97,21 @@ seccompProfile:
 {{- fail (printf "terminationGracePeriodSeconds (%v) must exceed (config.shutdownDrainMs + config.shutdownTimeoutMs) / 1000 + 5 s = %v s, or pods are killed before they close" .Values.terminationGracePeriodSeconds $needed) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The tracing values as the standard OTEL_* variables the SDK reads (empty ones are left out). */}}
+{{- define "petstore.tracingEnv" -}}
+{{- $t := .Values.tracing -}}
+OTEL_EXPORTER_OTLP_ENDPOINT: {{ $t.endpoint | quote }}
+OTEL_EXPORTER_OTLP_PROTOCOL: {{ $t.protocol | quote }}
+OTEL_SERVICE_NAME: {{ $t.serviceName | quote }}
+OTEL_TRACES_SAMPLER: {{ $t.sampler | quote }}
+OTEL_TRACES_SAMPLER_ARG: {{ $t.samplerArg | toString | quote }}
+OTEL_RESOURCE_ATTRIBUTES: {{ $t.resourceAttributes | quote }}
+{{- end -}}
+
+{{/* The SDK starts only under --import ./dist/telemetry.js: args without it would silently trace nothing. */}}
+{{- define "petstore.checkTracingArgs" -}}
+{{- if and .Values.tracing.endpoint .Values.args (not (or (has "./dist/telemetry.js" .Values.args) (has "--import=./dist/telemetry.js" .Values.args))) -}}
+{{- fail "tracing.endpoint is set but args leave out \"--import\", \"./dist/telemetry.js\": the tracing SDK would never start; add them before dist/server.js" -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,175 @@
+import { execFile } from 'node:child_process'
+import { cp, mkdir, mkdtemp, readFile, readdir, readlink, rm, symlink, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { promisify } from 'node:util'
+import t, { type Test } from 'tap'
+import { parse } from 'yaml'
+import { TEST_KEY, listeningApp } from './helpers/app.js'
+import { testDatabase } from './helpers/database.js'
+import { withClient } from './helpers/pg-client.js'
+
+/*
+ * What the documentation tells a newcomer to copy works as written: the README's
+ * TypeScript client program, run by the README's own commands in a fresh checkout
+ * against a live service. And every setting the service reads is documented alike in
+ * the README's configuration table, .env.example and the Helm chart.
+ */
+
+t.setTimeout(240000)
+const run = promisify(execFile)
+const repo = process.cwd()
+const readme = await readFile('README.md', 'utf8')
+
+/** A README section (`## heading`), up to the next one. */
+function readmeSection (heading: string): string {
+  const text = readme.split(`\n## ${heading}\n`)[1]?.split('\n## ')[0]
+  if (text === undefined) throw new Error(`README.md has no section "## ${heading}"`)
+  return text
+}
+
+/** The one fenced block of this language in a text. */
+function codeBlock (text: string, language: string): string {
+  const blocks = [...text.matchAll(new RegExp('```' + language + '\\n([\\s\\S]*?)```', 'g'))].map(m => m[1] as string)
+  if (blocks.length !== 1) throw new Error(`expected one \`\`\`${language} block, found ${blocks.length}`)
+  return blocks[0] as string
+}
+
+/**
+ * The checkout's sources with nothing built (dist/ is git-ignored), and node_modules as
+ * `npm ci` leaves it: the installed packages, and the workspace links into this copy.
+ */
+async function freshCheckout (t: Test): Promise<string> {
+  await mkdir(path.join(repo, '.cache'), { recursive: true })
+  const copy = await mkdtemp(path.join(repo, '.cache', 'fresh-checkout-'))
+  t.teardown(async () => { await rm(copy, { recursive: true, force: true }) })
+  const unbuilt = (source: string): boolean => !['dist', 'node_modules'].includes(path.basename(source))
+  for (const entry of ['src', 'clients', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) {
+    await cp(path.join(repo, entry), path.join(copy, entry), { recursive: true, filter: unbuilt })
+  }
+  const modules = path.join(repo, 'node_modules')
+  await mkdir(path.join(copy, 'node_modules', '@petstore'), { recursive: true })
+  for (const entry of await readdir(modules)) {
+    if (entry !== '@petstore') await symlink(path.join(modules, entry), path.join(copy, 'node_modules', entry))
+  }
+  for (const name of await readdir(path.join(modules, '@petstore'))) {
+    const target = await readlink(path.join(modules, '@petstore', name))
+    t.notOk(path.isAbsolute(target), `node_modules/@petstore/${name} is npm's relative workspace link`)
+    await symlink(target, path.join(copy, 'node_modules', '@petstore', name))
+  }
+  return copy
+}
+
+t.test('the README\'s TypeScript client program runs as written, by its commands, in a fresh checkout', async t => {
+  const db = await testDatabase(t)
+  const { port } = await listeningApp(t, db.url)
+  const section = readmeSection('Calling the API from TypeScript')
+  const commands = codeBlock(section, 'sh')
+  const program = codeBlock(section, 'ts')
+  const file = /\S+\.ts\b/.exec(commands)?.[0]
+  const printed = /# prints: (.+)$/m.exec(commands)?.[1]
+  if (file === undefined || printed === undefined) throw new Error('the README\'s commands name no program file, or not what it prints')
+  const copy = await freshCheckout(t)
+  await writeFile(path.join(copy, file), program)
+  // What npm start leaves for the commands: the development key (here, the test service's key).
+  await mkdir(path.join(copy, 'data'))
+  await writeFile(path.join(copy, 'data', 'dev-api-key'), `${TEST_KEY}\n`)
+  const env = { ...process.env, PETSTORE_URL: `http://127.0.0.1:${port}` }
+  const lastLine = async (): Promise<string | undefined> => {
+    const { stdout } = await run('sh', ['-ec', commands], { cwd: copy, env }).catch((error: { stderr: string }) => {
+      throw new Error(`the README's commands failed: ${error.stderr}`)
+    })
+    return stdout.trim().split('\n').at(-1)
+  }
+  t.equal(await lastLine(), printed, `the commands print what the README says: ${printed}`)
+
+  await withClient(db.url, async client => { await client.query('SELECT setval(\'categories_id_seq\', 9007199254740992)') })
+  t.equal(await lastLine(), printed, 'and past 2^53, where JSON.parse would round the id')
+
+  // A consumer compiling it under strict TypeScript, against the declarations the build wrote.
+  const tsc = path.join(repo, 'node_modules', 'typescript', 'bin', 'tsc')
+  const options = ['--noEmit', '--strict', '--skipLibCheck', '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--lib', 'ES2023,DOM', '--types', 'node']
+  const reported = await run(process.execPath, [tsc, ...options, file], { cwd: copy }).then(() => '', (error: { stdout: string }) => error.stdout)
+  t.equal(reported, '', 'tsc --strict reports nothing')
+})
+
+/** Every variable of src/config.ts's EnvSchema (one `NAME: Type.…` line each), and its default when it has one. */
+function schemaVariables (source: string): Map<string, string | undefined> {
+  const block = /^const EnvSchema = Type\.Object\(\{\n([\s\S]*?)\n\}\)$/m.exec(source)?.[1]
+  if (block === undefined) throw new Error('src/config.ts has no `const EnvSchema = Type.Object({ ... })` block')
+  return new Map(block.split('\n').map(line => {
+    const name = /^ {2}([A-Z][A-Z0-9_]*): Type\./.exec(line)?.[1]
+    if (name === undefined) throw new Error(`not one variable per line in EnvSchema: ${line}`)
+    const value = /default: (?:'([^']*)'|([^\s,}]+))/.exec(line)
+    return [name, value === null ? undefined : value[1] ?? value[2]]
+  }))
+}
+
+const service = schemaVariables(await readFile('src/config.ts', 'utf8'))
+const otelNamed = async (file: string): Promise<string[]> => (await readFile(file, 'utf8')).match(/\bOTEL_[A-Z0-9]+(?:_[A-Z0-9]+)*\b/g) ?? []
+/** The standard OpenTelemetry variables the service reads or documents. */
+const otel = [...new Set([
+  ...await otelNamed('src/telemetry.ts'), ...await otelNamed('README.md'), ...await otelNamed('docs/deployment.md')
+])].sort()
+const everyVariable = [...service.keys(), ...otel]
+
+/** The chart sets these itself, from its own values (extraEnv may not; test/helm-chart.test.ts renders the proof). */
+const chartValues = JSON.parse(await readFile('deploy/helm/petstore/values.schema.json', 'utf8')) as { properties: { extraEnv: { propertyNames: { not: { enum: string[] } } } } }
+const setByChart = chartValues.properties.extraEnv.propertyNames.not.enum
+const setByImage = ['NODE_ENV', 'HOST', 'METRICS_HOST']
+const tuning = 'a tuning whose default suits a pod; extraEnv sets it'
+/** Deliberately without a value of the chart's own, and why. */
+const notInChart: Record<string, string> = {
+  ...Object.fromEntries(setByImage.map(name => [name, 'the image sets it for a container (Dockerfile ENV)'])),
+  DATA_DIR: 'the embedded PostgreSQL of development, which production never starts',
+  PETS_SUNSET: 'a release\'s date, not an installation\'s; extraEnv sets it',
+  ...Object.fromEntries([
+    'DB_POOL_MAX', 'DB_POOL_MAX_WAITING', 'DB_CONNECTION_TIMEOUT_MS', 'DB_STATEMENT_TIMEOUT_MS', 'BODY_LIMIT_BYTES',
+    'REQUEST_TIMEOUT_MS', 'HEADERS_TIMEOUT_MS', 'MAX_HEADER_BYTES', 'KEEP_ALIVE_TIMEOUT_MS', 'RATE_LIMIT_AUTH_FAILURES',
+    'RATE_LIMIT_WINDOW_MS', 'RATE_LIMIT_PER_KEY_PER_MINUTE', 'REDIS_TIMEOUT_MS', 'OTEL_BSP_SCHEDULE_DELAY'
+  ].map(name => [name, tuning])),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'tracing.endpoint says where the collector is; a traces-only URL goes in extraEnv',
+  OTEL_TRACES_EXPORTER: 'the chart exports OTLP, the default; another exporter goes in extraEnv',
+  OTEL_SDK_DISABLED: 'an empty tracing.endpoint is off'
+}
+
+t.test('the settings: the variables the service reads are those its documents name', async t => {
+  t.ok(service.has('DATABASE_URL') && service.has('CORS_ORIGINS'), `src/config.ts: ${service.size} variables`)
+  t.ok(otel.includes('OTEL_EXPORTER_OTLP_ENDPOINT') && otel.includes('OTEL_SDK_DISABLED'), `OTEL_*: ${otel.join(' ')}`)
+})
+
+t.test('the README\'s configuration table has a row for every variable, with the schema\'s default, and no other', async t => {
+  const rows = readmeSection('Configuration').split('\n').filter(line => line.startsWith('| `'))
+  const columns = rows.map(row => row.split(' | '))
+  const named = new Map(columns.flatMap(([first, defaults]) => [...(first ?? '').matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map(m => [m[1] as string, defaults ?? ''])))
+  t.same(everyVariable.filter(name => !named.has(name)), [], 'every variable has a row')
+  t.same([...named.keys()].filter(name => !everyVariable.includes(name)), [], 'every row is a variable the service reads or documents')
+  for (const [name, value] of service) {
+    if (value !== undefined) t.match(named.get(name), `\`${value}\``, `${name}: the default of src/config.ts, ${value}`)
+  }
+})
+
+t.test('.env.example names every variable, and offers to set exactly what compose passes to the api', async t => {
+  const example = await readFile('.env.example', 'utf8')
+  t.same(everyVariable.filter(name => !new RegExp(`\\b${name}\\b`).test(example)), [], 'every variable is named')
+  const offered = [...example.matchAll(/^(?:# )?([A-Z][A-Z0-9_]*)=/gm)].map(m => m[1] as string).filter(name => everyVariable.includes(name))
+  const compose = parse(await readFile('docker-compose.yml', 'utf8')) as { services: { api: { environment: Record<string, string | null> } } }
+  const fromEnvFile = Object.entries(compose.services.api.environment)
+    .filter(([name, value]) => value === null || value.startsWith(`\${${name}`)).map(([name]) => name)
+  t.same(offered.slice().sort(), fromEnvFile.slice().sort(), 'a NAME= line for each variable the api takes from .env, and for no other')
+})
+
+t.test('the chart sets every variable from a value of its own, or the test says why not', async t => {
+  t.same(everyVariable.filter(name => setByChart.includes(name) === (name in notInChart)), [], 'each variable: the chart\'s, or a reason')
+  t.same(Object.keys(notInChart).filter(name => !everyVariable.includes(name)), [], 'no reason for a variable that is gone')
+  const dockerfile = await readFile('Dockerfile', 'utf8')
+  for (const name of setByImage) t.match(dockerfile, new RegExp(`^\\s*(ENV )?${name}=\\S`, 'm'), `the image sets ${name}`)
+})
+
+t.test('every npm run command the documents show is a script of package.json', async t => {
+  const { scripts } = JSON.parse(await readFile('package.json', 'utf8')) as { scripts: Record<string, string> }
+  const documents = ['README.md', 'docs/deployment.md', 'clients/typescript/README.md', '.env.example', 'deploy/helm/petstore/values.yaml', 'deploy/helm/petstore/templates/NOTES.txt']
+  for (const file of documents) {
+    const named = [...(await readFile(file, 'utf8')).matchAll(/\bnpm run ([a-z][a-z0-9:-]*)/g)].map(m => m[1] as string)
+    t.same([...new Set(named)].filter(name => !(name in scripts)), [], `${file}: ${[...new Set(named)].join(', ') || 'none'}`)
+  }
+})
