@@ -98,6 +98,15 @@ t.test('METRICS_PORT or PORT taken: one line naming the setting, before the data
   t.notOk(existsSync(path.join(data, 'postgres')), 'no cluster was created')
 })
 
+t.test('npm run migrate fails the same way: one line naming the setting, exit 1', async t => {
+  const closed = await freePort()
+  const migrate = await startServer(t, { DATABASE_URL: `postgres://u:secret-pw@127.0.0.1:${closed}/x` },
+    { listening: false, nodeArgs: ['--import', 'tsx', 'src/migrate.ts'] })
+  t.equal(await migrate.exited, 1)
+  t.equal(migrate.output(), `petstore: DATABASE_URL: connection refused by 127.0.0.1:${closed}; is PostgreSQL running ` +
+    'there, and are the URL\'s host and port right? (LOG_LEVEL=debug shows the details)\n')
+})
+
 t.test('LOG_LEVEL=debug adds the details after the line', async t => {
   const server = await startServer(t, { API_KEYS: 'k', LOG_LEVEL: 'debug', DATABASE_URL: `postgres://u:p@127.0.0.1:${await freePort()}/x` }, { listening: false })
   t.equal(await server.exited, 1)
