@@ -39,7 +39,7 @@ async function start (config: Config, started: Started): Promise<void> {
     const postgresLog = debug ? (line: string) => { process.stderr.write(`postgres: ${line}\n`) } : undefined
     const embedded = await startEmbeddedPostgres({ dir: dataDir, lock, log: postgresLog })
     undo.push(embedded.stop)
-    databaseUrl = embedded.url
+    databaseUrl = embedded.serviceUrl
   } else {
     await checkDatabase(databaseUrl)
   }

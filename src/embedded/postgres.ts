@@ -1,5 +1,5 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
-import { createHash, randomBytes } from 'node:crypto'
+import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { chmod, chown, cp, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
@@ -7,6 +7,7 @@ import { arch, platform } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
+import pg from 'pg'
 import { StartupError } from '../startup-error.js'
 import { isAlive, lockDataDir, ownerIsAlive, readOrCreateSecret, type DataDirLock } from './data-dir.js'
 
@@ -14,6 +15,8 @@ import { isAlive, lockDataDir, ownerIsAlive, readOrCreateSecret, type DataDirLoc
 export interface EmbeddedDatabase {
   /** The superuser's, on the `postgres` database. */
   url: string
+  /** The service's own role's, on its database. */
+  serviceUrl: string
   urlFor: (database: string) => string
   pid: number
   stop: () => Promise<void>
@@ -32,6 +35,9 @@ interface Options {
 interface RunAs { uid: number, gid: number }
 
 export const ROOT_STATE_DIR = '/var/lib/petstore'
+export const SERVICE_ROLE = 'petstore'
+/** Where earlier versions, connecting as the superuser, kept the service's tables. */
+const SERVICE_DATABASE = 'postgres'
 const SYSTEM_USER = 'postgres'
 const STOP_TIMEOUT_MS = 30000
 const execFileAsync = promisify(execFile)
@@ -255,6 +261,45 @@ async function startPostgres (bin: string, clusterDir: string, port: number, use
   return { child, exited }
 }
 
+/** A SCRAM-SHA-256 verifier, so that the password never reaches the server, nor its log, in clear. */
+function scramVerifier (password: string): string {
+  const salt = randomBytes(16)
+  const salted = pbkdf2Sync(password, salt, 4096, 32, 'sha256')
+  const key = (name: string): Buffer => createHmac('sha256', salted).update(name).digest()
+  const stored = createHash('sha256').update(key('Client Key')).digest()
+  const base64 = (b: Buffer): string => b.toString('base64')
+  return `SCRAM-SHA-256$4096:${base64(salt)}$${base64(stored)}:${base64(key('Server Key'))}`
+}
+
+/** The service's login role: it owns the service's database and its tables, and may do nothing else. */
+async function provisionServiceRole (superuserUrl: string, password: string): Promise<void> {
+  const [role, database] = [SERVICE_ROLE, SERVICE_DATABASE]
+  const client = new pg.Client({ connectionString: superuserUrl, application_name: 'petstore-embedded' })
+  await client.connect()
+  // The first start on a cluster of an earlier version, which connected as the superuser, gave it the service's
+  // statement timeout and its tables: the one goes, the others pass to the service's role.
+  await client.query(`
+    DO $$ BEGIN
+      IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '${role}') THEN
+        CREATE ROLE ${role};
+        ALTER ROLE postgres IN DATABASE ${database} RESET statement_timeout;
+      END IF;
+    END $$;
+    ALTER ROLE ${role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS
+      PASSWORD ${client.escapeLiteral(scramVerifier(password))};
+    ALTER DATABASE ${database} OWNER TO ${role};
+    DO $$ DECLARE statement text; BEGIN
+      FOR statement IN
+        SELECT format('ALTER TABLE %s OWNER TO ${role}', oid::regclass) FROM pg_class
+        WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p', 'v', 'm')
+          AND relowner <> '${role}'::regrole
+        UNION ALL
+        SELECT format('ALTER ROUTINE %s OWNER TO ${role}', oid::regprocedure) FROM pg_proc
+        WHERE pronamespace = 'public'::regnamespace AND proowner <> '${role}'::regrole
+      LOOP EXECUTE statement; END LOOP;
+    END $$`).finally(async () => { await client.end() })
+}
+
 export async function startEmbeddedPostgres ({ dir, port: fixedPort, log = () => {}, lock: givenLock }: Options):
 Promise<EmbeddedDatabase> {
   const root = path.resolve(dir)
@@ -267,6 +312,7 @@ Promise<EmbeddedDatabase> {
     if (user !== undefined) await chmod(root, (await stat(root)).mode & 0o7777 | 0o011)
     const reachableBin = await reachableBinDirectory(bin, user)
     const { value: password } = await readOrCreateSecret(path.join(root, 'postgres-password'))
+    const { value: servicePassword } = await readOrCreateSecret(path.join(root, `${SERVICE_ROLE}-password`))
     const { clusterDir, home } = await clusterDirectory(root, user)
     await mkdir(path.dirname(clusterDir), { recursive: true })
     await removeStaleStaging(clusterDir, log)
@@ -297,11 +343,17 @@ Promise<EmbeddedDatabase> {
       if (!stopped) { child.kill('SIGQUIT'); await exited } // immediate; SIGKILL would leave its backends running
       if (givenLock === undefined) await lock.release()
     }
-    const urlFor = (database: string): string =>
-      `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`
+    const urlFor = (database: string, role = 'postgres', secret = password): string =>
+      `postgres://${role}:${encodeURIComponent(secret)}@127.0.0.1:${port}/${database}`
+    await provisionServiceRole(urlFor('postgres'), servicePassword).catch(async (err: unknown) => {
+      await stop()
+      throw new StartupError(`the embedded PostgreSQL could not set up the role ${SERVICE_ROLE}: ` +
+        `${(err as Error).message}; ${fixHint}`, { cause: err })
+    })
     return {
       url: urlFor('postgres'),
-      urlFor,
+      serviceUrl: urlFor(SERVICE_DATABASE, SERVICE_ROLE, servicePassword),
+      urlFor: database => urlFor(database),
       pid: child.pid ?? 0,
       stop,
       destroy: async () => {
