@@ -18,7 +18,8 @@ const layer = (folder, allowed, why) => ({
 export default [
   ...neostandard({ ts: true, ignores: ['dist/**', 'coverage/**', '.tap/**', 'data/**', '.cache/**', 'node_modules/**', 'clients/**/node_modules/**', 'clients/typescript/src/generated/**', 'clients/typescript/dist/**'] }),
   layer('shared', [], 'src/shared holds leaf modules every layer may import; they import nothing of the service.'),
-  layer('db', ['shared', 'config.js', 'startup-error.js', 'dev-secrets.js'], 'src/db is the bottom layer: it imports no HTTP, machinery or resource code.'),
+  layer('db', ['shared', 'config.js', 'startup-error.js'], 'src/db is the bottom layer: it imports no HTTP, machinery or resource code.'),
+  layer('embedded', ['startup-error.js'], 'src/embedded runs PostgreSQL for development: it imports none of the service.'),
   layer('machinery', ['db', 'shared'], 'The machinery serves any resource over src/db: it names no resource and knows nothing of HTTP.'),
   layer('plugins', ['db', 'machinery', 'http', 'shared', 'startup-error.js'], 'src/plugins wires the shared machinery for every resource and names none.'),
   layer('http', ['db', 'machinery', 'shared', 'config.js'], 'HTTP infrastructure serves every resource and imports none.')

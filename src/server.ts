@@ -4,10 +4,9 @@ import closeWithGrace from 'close-with-grace'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.js'
 import { loadConfig, sha256, type Config } from './config.js'
-import { lockDataDir } from './db/data-dir-lock.js'
-import { startEmbeddedPostgres } from './db/embedded.js'
 import { checkStatementTimeout, runMigrations } from './db/migrate.js'
-import { readOrCreateSecret } from './dev-secrets.js'
+import { lockDataDir, readOrCreateSecret } from './embedded/data-dir.js'
+import { startEmbeddedPostgres } from './embedded/postgres.js'
 import { startMetricsServer } from './http/metrics.js'
 import { checkDatabase, checkPortFree, describeBuildError, describeListenError } from './startup-checks.js'
 import { reportStartupFailure } from './startup-error.js'
@@ -37,9 +36,10 @@ async function start (config: Config, started: Started): Promise<void> {
   let databaseUrl = config.databaseUrl
   if (databaseUrl === undefined) {
     console.log(`petstore: DATABASE_URL is not set; starting the embedded PostgreSQL (data in ${dataDir})`)
-    const embedded = await startEmbeddedPostgres({ dir: dataDir, lock, log: debug ? line => { process.stderr.write(`postgres: ${line}\n`) } : undefined })
+    const postgresLog = debug ? (line: string) => { process.stderr.write(`postgres: ${line}\n`) } : undefined
+    const embedded = await startEmbeddedPostgres({ dir: dataDir, lock, log: postgresLog })
     undo.push(embedded.stop)
-    databaseUrl = embedded.url
+    databaseUrl = embedded.serviceUrl
   } else {
     await checkDatabase(databaseUrl)
   }

@@ -3,8 +3,8 @@ import { chmod, chown, cp, mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/pr
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import t from 'tap'
-import { isAlive } from '../src/db/data-dir-lock.js'
-import { ROOT_STATE_DIR } from '../src/db/embedded.js'
+import { isAlive } from '../src/embedded/data-dir.js'
+import { ROOT_STATE_DIR } from '../src/embedded/postgres.js'
 import { startServer } from './helpers/server-process.js'
 
 /*

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { isAlive, lockDataDir } from '../src/db/data-dir-lock.js'
+import { isAlive, lockDataDir } from '../src/embedded/data-dir.js'
 import { freePort } from './helpers/ports.js'
 import { startServer, type ServerProcess } from './helpers/server-process.js'
 

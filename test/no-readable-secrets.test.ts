@@ -42,13 +42,16 @@ async function clusterParent (data: string): Promise<string> {
 }
 
 async function expectNoReadableSecret (t: Test, tmp: string, data: string): Promise<void> {
-  const password = (await readFile(path.join(data, 'postgres-password'), 'utf8')).trim()
-  t.same(await holding(tmp, password), [], 'the database password is in no file under TMPDIR')
   t.same((await files(tmp)).filter(f => path.basename(f).startsWith('pg-password')), [], 'no pg-password file under TMPDIR')
-  const parent = await clusterParent(data)
-  const kept = [...await holding(data, password), ...parent === data ? [] : await holding(parent, password)]
-  t.ok(kept.length > 0, 'the password is kept in DATA_DIR')
-  t.same(kept.filter(f => f.mode !== '600'), [], `every file holding it is 0600 (${kept.map(f => `${f.file} ${f.mode}`).join(', ')})`)
+  // The superuser's, and the service role's.
+  for (const name of ['postgres-password', 'petstore-password']) {
+    const password = (await readFile(path.join(data, name), 'utf8')).trim()
+    t.same(await holding(tmp, password), [], `${name}: in no file under TMPDIR`)
+    const parent = await clusterParent(data)
+    const kept = [...await holding(data, password), ...parent === data ? [] : await holding(parent, password)]
+    t.ok(kept.length > 0, `${name}: kept in DATA_DIR`)
+    t.same(kept.filter(f => f.mode !== '600'), [], `${name}: every file holding it is 0600 (${kept.map(f => `${f.file} ${f.mode}`).join(', ')})`)
+  }
 }
 
 t.test('a start SIGKILLed while initdb runs leaves no readable secret, and the next start recovers', async t => {

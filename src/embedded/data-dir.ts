@@ -1,39 +1,38 @@
-import { readFileSync } from 'node:fs'
-import { mkdir, open, readFile, rm, writeFile } from 'node:fs/promises'
+import { randomBytes } from 'node:crypto'
+import { existsSync, readFileSync } from 'node:fs'
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { StartupError } from '../startup-error.js'
 
-/**
- * One petstore process at a time owns a data directory's embedded PostgreSQL. The
- * owner is recorded in DATA_DIR/petstore.lock (pid, the process's start time, its
- * address, its postgres's pid). A lock whose process is gone, or whose pid now
- * belongs to a process started at another time (pid reuse), is stale: the next
- * start replaces it and may stop the postgres it names, which is then an orphan.
- */
+/** DATA_DIR/petstore.lock: the one process that owns the data directory's embedded PostgreSQL. */
 export interface LockOwner {
   pid: number
-  /** Linux: the process's start time in clock ticks since boot (/proc/<pid>/stat), to tell pid reuse apart. */
+  /** Linux: clock ticks since boot (/proc/<pid>/stat), so that a reused pid is not taken for the owner. */
   startTime?: string
-  /** Where the owner serves, for the message of a refused second start. */
   address?: string
   postgresPid?: number
 }
 
 export interface DataDirLock {
-  file: string
-  /** The stale owner this lock replaced, if any: its postgres may still run (an orphan). */
+  /** The stale owner this lock replaced: its postgres may still run, an orphan. */
   previous: LockOwner | undefined
   record: (fields: Partial<LockOwner>) => Promise<void>
   release: () => Promise<void>
 }
 
-const LOCK_FILE = 'petstore.lock'
+/** A secret for development, generated once and kept owner-only in `file`. */
+export async function readOrCreateSecret (file: string, prefix = ''): Promise<{ value: string, created: boolean }> {
+  if (existsSync(file)) return { value: (await readFile(file, 'utf8')).trim(), created: false }
+  await mkdir(path.dirname(file), { recursive: true })
+  const value = `${prefix}${randomBytes(24).toString('base64url')}`
+  await writeFile(file, value + '\n', { mode: 0o600 })
+  return { value, created: true }
+}
 
-/** Linux only; undefined elsewhere (then only the pid is compared). */
-export function processStartTime (pid: number): string | undefined {
+function startTimeOf (pid: number): string | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    // Fields after the command name, which is in parentheses and may contain spaces; starttime is field 22.
+    // The command name, in parentheses, may hold spaces: starttime is the 20th field after it.
     return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]
   } catch {
     return undefined
@@ -50,8 +49,7 @@ export function isAlive (pid: number): boolean {
 }
 
 export function ownerIsAlive (owner: LockOwner): boolean {
-  if (!isAlive(owner.pid)) return false
-  return owner.startTime === undefined || processStartTime(owner.pid) === owner.startTime
+  return isAlive(owner.pid) && (owner.startTime === undefined || startTimeOf(owner.pid) === owner.startTime)
 }
 
 function parseOwner (text: string): LockOwner | undefined {
@@ -63,36 +61,32 @@ function parseOwner (text: string): LockOwner | undefined {
   }
 }
 
-export function describeOwner (owner: LockOwner): string {
-  return `pid ${owner.pid}${owner.address === undefined ? '' : `, ${owner.address}`}`
-}
-
 /** Takes the data directory's lock, or refuses in one line naming the live owner. */
 export async function lockDataDir (dir: string, address?: string): Promise<DataDirLock> {
-  const file = path.join(dir, LOCK_FILE)
+  const file = path.join(dir, 'petstore.lock')
+  const hint = 'set DATA_DIR to a directory this user can write'
   await mkdir(dir, { recursive: true, mode: 0o700 }).catch((err: unknown) => {
-    throw new StartupError(`cannot create DATA_DIR ${dir}: ${(err as Error).message}; set DATA_DIR to a directory this user can write`, { cause: err })
+    throw new StartupError(`cannot create DATA_DIR ${dir}: ${(err as Error).message}; ${hint}`, { cause: err })
   })
-  const me: LockOwner = { pid: process.pid, startTime: processStartTime(process.pid), address }
+  const me: LockOwner = { pid: process.pid, startTime: startTimeOf(process.pid), address }
   let previous: LockOwner | undefined
-  // Three tries: a stale lock is removed, then created again exclusively; a racing start that wins makes us refuse.
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      const handle = await open(file, 'wx', 0o600)
-      await handle.writeFile(JSON.stringify(me) + '\n')
-      await handle.close()
+      await writeFile(file, JSON.stringify(me) + '\n', { mode: 0o600, flag: 'wx' })
       return lockHandle(file, me, previous)
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
-        throw new StartupError(`cannot write the lock file ${file}: ${(err as Error).message}; set DATA_DIR to a directory this user can write`, { cause: err })
+        throw new StartupError(`cannot write the lock file ${file}: ${(err as Error).message}; ${hint}`, { cause: err })
       }
     }
     const text = await readFile(file, 'utf8').catch(() => '')
     const owner = parseOwner(text)
     if (owner !== undefined && ownerIsAlive(owner)) {
-      throw new StartupError(`DATA_DIR ${dir} is in use by another petstore process (${describeOwner(owner)}); stop that one first, or give this one its own DATA_DIR (or a DATABASE_URL)`)
+      const where = `pid ${owner.pid}${owner.address === undefined ? '' : `, ${owner.address}`}`
+      throw new StartupError(`DATA_DIR ${dir} is in use by another petstore process (${where}); ` +
+        'stop that one first, or give this one its own DATA_DIR (or a DATABASE_URL)')
     }
-    // Remove the stale lock only if it is still the one we read (another start may have replaced it meanwhile).
+    // A racing start may have replaced the stale lock meanwhile: remove only the one we read.
     if (await readFile(file, 'utf8').catch(() => undefined) === text) {
       previous = owner
       await rm(file, { force: true })
@@ -104,7 +98,6 @@ export async function lockDataDir (dir: string, address?: string): Promise<DataD
 function lockHandle (file: string, me: LockOwner, previous: LockOwner | undefined): DataDirLock {
   let released = false
   return {
-    file,
     previous,
     record: async (fields) => {
       Object.assign(me, fields)
@@ -113,7 +106,6 @@ function lockHandle (file: string, me: LockOwner, previous: LockOwner | undefine
     release: async () => {
       if (released) return
       released = true
-      // Only our own lock: never remove one a later owner wrote.
       const owner = parseOwner(await readFile(file, 'utf8').catch(() => ''))
       if (owner?.pid === me.pid && owner.startTime === me.startTime) await rm(file, { force: true })
     }
