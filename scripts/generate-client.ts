@@ -86,7 +86,8 @@ function method (route: string, verb: string, operation: Operation): string[] {
   for (const where of ['header', 'query']) {
     const found = parameters.filter(p => p.in === where)
     for (const p of found) {
-      options.push({ name: camel(p.name), type: typeOf(p.schema, `NonNullable<${indexed}['parameters'][${quote(where)}]>[${quote(p.name)}]`), required: p.required === true })
+      const fallback = `NonNullable<${indexed}['parameters'][${quote(where)}]>[${quote(p.name)}]`
+      options.push({ name: camel(p.name), type: typeOf(p.schema, fallback), required: p.required === true })
     }
     if (found.length > 0) params.push(`${where}: { ${found.map(p => `${key(p.name)}: request.${camel(p.name)}`).join(', ')} }`)
   }
@@ -102,7 +103,9 @@ function method (route: string, verb: string, operation: Operation): string[] {
 
   const success = Object.keys(operation.responses).find(status => /^2\d\d$/.test(status))
   const content = success === undefined ? undefined : operation.responses[success]?.content?.['application/json']
-  const result = success === undefined ? 'never' : content === undefined ? 'null' : typeOf(content.schema, `${indexed}['responses'][${success}]['content']['application/json']`)
+  const result = success === undefined
+    ? 'never'
+    : content === undefined ? 'null' : typeOf(content.schema, `${indexed}['responses'][${success}]['content']['application/json']`)
 
   const init = [
     ...body === undefined ? [] : ['body'],
@@ -128,7 +131,7 @@ export function clientOperations (text: string): string {
   const uses = (name: string): boolean => new RegExp(`\\b${name}\\b`).test(code)
   return HEADER() + [
     "import type { Client } from 'openapi-fetch'",
-    `import { ${['answer', 'listAnswer'].filter(uses).join(', ')}, ${['ListResult', 'Result'].filter(uses).map(t => `type ${t}`).join(', ')} } from '../result.js'`,
+    `import { ${[...['answer', 'listAnswer'].filter(uses), ...['ListResult', 'Result'].filter(uses).map(t => `type ${t}`)].join(', ')} } from '../result.js'`,
     `import type { components, ${uses('operations') ? 'operations, ' : ''}paths } from './openapi.js'`,
     '',
     ...schemas.map(name => `export type ${alias(name)} = components['schemas'][${quote(name)}]`),
@@ -136,7 +139,7 @@ export function clientOperations (text: string): string {
     '/** One method per operation of the document, over an openapi-fetch client of its paths. */',
     'export function operationMethods (client: Client<paths>) {',
     '  return {',
-    ...methods.flatMap((lines, i) => [...i > 0 ? [''] : [], ...lines.map((line, j) => `    ${line}${j === lines.length - 1 && i < methods.length - 1 ? ',' : ''}`)]),
+    ...methods.map(lines => lines.map(line => `    ${line}`).join('\n')).join(',\n\n').split('\n'),
     '  }',
     '}',
     ''

@@ -21,17 +21,17 @@ const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'tr
 type Schema = Record<string, unknown> & { type?: string, properties?: Record<string, Schema>, required?: string[], $ref?: string }
 interface Parameter { in: string, name: string, schema?: Schema, example?: unknown }
 interface Operation { parameters?: Parameter[], requestBody?: { content?: Record<string, { schema?: Schema }> } }
-export interface Document { paths: Record<string, Record<string, Operation>>, components?: { schemas?: Record<string, Schema> } }
+interface Document { paths: Record<string, Record<string, Operation>>, components?: { schemas?: Record<string, Schema> } }
 
 /** Every operation of the document with Portman's name for it (`POST::/categories`). */
-export function documentOperations (document: Document): Array<{ target: string, method: string, path: string, operation: Operation }> {
+function documentOperations (document: Document): Array<{ target: string, method: string, path: string, operation: Operation }> {
   return Object.entries(document.paths).flatMap(([route, item]) => Object.entries(item)
     .filter(([method]) => METHODS.includes(method))
     .map(([method, operation]) => ({ target: `${method.toUpperCase()}::${route}`, method, path: route, operation })))
 }
 
 /** The members of an operation's JSON request body, when it is an object (refs resolved). */
-export function bodyMembers (document: Document, operation: Operation): { properties: Record<string, Schema>, required: string[] } | undefined {
+function bodyMembers (document: Document, operation: Operation): { properties: Record<string, Schema>, required: string[] } | undefined {
   let schema = operation.requestBody?.content?.['application/json']?.schema
   while (schema?.$ref !== undefined) schema = document.components?.schemas?.[schema.$ref.split('/').at(-1) ?? '']
   if (schema?.type !== 'object' || schema.properties === undefined) return undefined
@@ -51,8 +51,10 @@ const ERROR_400 = ['statusCode', 'contentType', 'jsonBody', 'schemaValidation']
  */
 function validValue (document: Document, schema: Schema, name: string, where: string): unknown {
   const examples = Array.isArray(schema.examples) ? schema.examples : []
-  const candidates = [...examples, ...'example' in schema ? [schema.example] : [],
-    ...{ string: [`postman-${name}`, '1'], integer: [schema.minimum ?? 1], number: [schema.minimum ?? 1], boolean: [true], array: [[]], object: [{}] }[schema.type ?? ''] ?? []]
+  const plain: Record<string, unknown[]> = {
+    string: [`postman-${name}`, '1'], integer: [schema.minimum ?? 1], number: [schema.minimum ?? 1], boolean: [true], array: [[]], object: [{}]
+  }
+  const candidates = [...examples, ...'example' in schema ? [schema.example] : [], ...plain[schema.type ?? ''] ?? []]
   const valid = new Ajv2020({ strict: false, validateFormats: false }).compile({ ...schema, components: document.components })
   const value = candidates.find(candidate => valid(candidate))
   if (value === undefined) throw new Error(`${where}: no example that its schema accepts; give it one (examples: [...])`)
@@ -60,7 +62,7 @@ function validValue (document: Document, schema: Schema, name: string, where: st
 }
 
 /** The part of the Portman configuration that depends on each operation's body and parameters. */
-export function derivedConfig (document: Document): { overwrites: unknown[], variationTests: unknown[] } {
+function derivedConfig (document: Document): { overwrites: unknown[], variationTests: unknown[] } {
   const overwrites: unknown[] = []
   const variationTests: unknown[] = []
   for (const { target, operation } of documentOperations(document)) {
@@ -115,7 +117,9 @@ export async function generateCollection (document: string): Promise<string> {
   // Portman writes its working files under the current directory: a directory of its own.
   const work = await mkdtemp(path.join(tmpdir(), 'petstore-portman-'))
   try {
-    const [documentFile, configFile, output] = ['openapi.json', 'portman-config.json', 'collection.json'].map(file => path.join(work, file)) as [string, string, string]
+    const documentFile = path.join(work, 'openapi.json')
+    const configFile = path.join(work, 'portman-config.json')
+    const output = path.join(work, 'collection.json')
     await writeFile(documentFile, document)
     await writeFile(configFile, JSON.stringify(await portmanConfig(JSON.parse(document))))
     const run = spawnSync(path.join(root, 'node_modules', '.bin', 'portman'), [

@@ -15,7 +15,12 @@ const { app } = await testApp(t, db.url)
 
 const served = await app.inject({ method: 'GET', url: '/docs/petstore.postman_collection.json' })
 
-interface Item { name: string, item?: Item[], request?: { method: string, url: { path: string[], variable?: Array<{ key: string, value: string }> }, body?: { raw?: string } }, event?: Array<{ listen: string, script: { exec: string[] } }> }
+interface Item {
+  name: string
+  item?: Item[]
+  request?: { method: string, url: { path: string[], variable?: Array<{ key: string, value: string }> }, body?: { raw?: string } }
+  event?: Array<{ listen: string, script: { exec: string[] } }>
+}
 const collection = served.json() as { info: { name: string }, auth: { type: string }, variable: Array<{ key: string, value: string }>, item: Item[] }
 const requests = (items: Item[]): Item[] => items.flatMap(item => item.item === undefined ? [item] : requests(item.item))
 const all = requests(collection.item)
@@ -23,7 +28,8 @@ const tests = (item: Item): string => item.event?.filter(e => e.listen === 'test
 
 type Schema = { type?: string, $ref?: string, properties?: Record<string, Schema>, required?: string[], minLength?: number, maxLength?: number }
 interface Operation { summary: string, tags?: string[], responses: Record<string, unknown>, requestBody?: { content: Record<string, { schema: Schema }> } }
-const doc = (await app.inject({ method: 'GET', url: '/docs/openapi.json' })).json() as { paths: Record<string, Record<string, Operation>>, components: { schemas: Record<string, Schema> } }
+const doc = (await app.inject({ method: 'GET', url: '/docs/openapi.json' })).json() as
+  { paths: Record<string, Record<string, Operation>>, components: { schemas: Record<string, Schema> } }
 /** Every operation of the served document: the collection names its request by the summary. */
 const operations = Object.entries(doc.paths).flatMap(([path, item]) => Object.entries(item).map(([method, op]) => ({ path, method, op })))
 /** An operation's JSON body schema, its $ref resolved. */
@@ -32,6 +38,9 @@ const bodyOf = (op: Operation): Schema | undefined => {
   return schema?.$ref === undefined ? schema : doc.components.schemas[schema.$ref.split('/').at(-1) ?? '']
 }
 const pascal = (name: string): string => name.charAt(0).toUpperCase() + name.slice(1)
+/** The operations of today's contract, by summary: whatever else the document lists, these stay. */
+const CONTRACT = ['Create a category', 'List every category', 'Get one category (experimental)',
+  'Get a pet (deprecated placeholder)', 'List store orders (placeholder)']
 
 t.test('served like the document: no key needed, JSON, offered as a download', async t => {
   t.equal(served.statusCode, 200)
@@ -49,9 +58,7 @@ t.test('it is the committed file, byte for byte (npm run api:check keeps that cu
 t.test('contract tests on every operation of the document: status, content type, JSON body, schema', async t => {
   const main = all.filter(item => !/\[/.test(item.name))
   t.same(main.map(item => item.name).sort(), operations.map(({ op }) => op.summary).sort(), 'one request per operation, named by its summary')
-  for (const name of ['Create a category', 'Get a pet (deprecated placeholder)', 'Get one category (experimental)', 'List every category', 'List store orders (placeholder)']) {
-    t.ok(main.some(item => item.name === name), name)
-  }
+  for (const name of CONTRACT) t.ok(main.some(item => item.name === name), name)
   for (const { op } of operations) {
     const item = main.find(i => i.name === op.summary)
     const script = item === undefined ? '' : tests(item)
@@ -84,7 +91,7 @@ t.test('variations: no key, a wrong key, a missing member, wrong types, and leng
     t.ok(names.includes(`${op.summary}[NoKey]`), `${op.summary} without a key`)
     t.ok(names.includes(`${op.summary}[WrongKey]`), `${op.summary} with a wrong key`)
   }
-  for (const operation of ['Create a category', 'List every category', 'Get one category (experimental)', 'Get a pet (deprecated placeholder)', 'List store orders (placeholder)']) {
+  for (const operation of CONTRACT) {
     t.ok(names.includes(`${operation}[NoKey]`) && names.includes(`${operation}[WrongKey]`), `${operation}: both`)
   }
   const variations: string[] = []
@@ -103,7 +110,9 @@ t.test('variations: no key, a wrong key, a missing member, wrong types, and leng
       if (schema.maxLength !== undefined) variations.push(`${op.summary}[Fuzz][maximum length ${member}]`)
     }
   }
-  for (const variation of ['MissingName', 'NameNotAString', 'DescriptionNotAString', 'Fuzz][required name', 'Fuzz][minimum length name', 'Fuzz][maximum length name', 'Fuzz][maximum length description']) {
+  const categoryVariations = ['MissingName', 'NameNotAString', 'DescriptionNotAString',
+    'Fuzz][required name', 'Fuzz][minimum length name', 'Fuzz][maximum length name', 'Fuzz][maximum length description']
+  for (const variation of categoryVariations) {
     t.ok(variations.includes(`Create a category[${variation}]`), `the document asks for ${variation}`)
   }
   for (const variation of variations) {
