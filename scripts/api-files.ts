@@ -1,19 +1,19 @@
 import { parseArgs } from 'node:util'
-import { CLIENT_TYPES, DOCUMENT, check, generate } from './published-interface.js'
+import { check, generate } from './published-interface.js'
 
 /*
  * The published interface from the command line (scripts/published-interface.ts):
  *
- *   generate                      writes openapi.json and the client's types (npm run api:generate)
- *   check                         fails when either is stale, or when the served document breaks a
+ *   generate                      writes every file generated from the served document: openapi.json,
+ *                                 the client's types and methods, the Postman collection (npm run api:generate)
+ *   check                         fails when one is stale, or when the served document breaks a
  *                                 stable operation of the base document (npm run api:check)
  *   check --base F --document G   only the breaking-change check, between two files
  */
 
 const { positionals, values } = parseArgs({ allowPositionals: true, options: { base: { type: 'string' }, document: { type: 'string' } } })
 if (positionals[0] === 'generate') {
-  await generate()
-  console.log(`wrote ${DOCUMENT} and ${CLIENT_TYPES}`)
+  for (const file of await generate()) console.log(`wrote ${file}`)
 } else if (positionals[0] === 'check') {
   const { errors, notes } = await check(values)
   for (const note of notes) console.log(note)

@@ -6,7 +6,7 @@ import postmanCollection from './petstore.postman_collection.json' with { type: 
 export const API_VERSION = '1.0.0'
 
 /**
- * The Postman collection generated from this document (`npm run postman:generate`, committed;
+ * The Postman collection generated from this document (`npm run api:generate`, committed;
  * a test keeps it current), served beside it. Imported, so that it goes wherever the code goes
  * (tsc copies it into dist/), and written out as the file is.
  */
