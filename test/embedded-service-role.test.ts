@@ -1,11 +1,10 @@
-import { mkdtemp, readFile, rm, stat, unlink } from 'node:fs/promises'
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import t, { type Test } from 'tap'
-import { runMigrations } from '../src/db/migrate.js'
 import { LISTENER_APPLICATION_NAME } from '../src/machinery/change-feed.js'
-import { SERVICE_ROLE, startEmbeddedPostgres } from '../src/embedded/postgres.js'
+import { SERVICE_ROLE } from '../src/embedded/postgres.js'
 import { startServer, type ServerProcess } from './helpers/server-process.js'
 
 /*
@@ -78,33 +77,6 @@ t.test('a new data directory: the service connects as its own role, which may do
   t.equal((await service.query('SHOW statement_timeout')).rows[0].statement_timeout, '5s', 'the service\'s role has DB_STATEMENT_TIMEOUT_MS')
   await t.rejects(service.query('CREATE DATABASE elsewhere'), /permission denied to create database/)
   await t.rejects(service.query('CREATE ROLE other'), /permission denied to create role/)
-  server.child.kill('SIGTERM')
-  t.equal(await server.exited, 0)
-})
-
-t.test('a data directory of an earlier version (the service connected as the superuser) keeps its data and moves to the role', async t => {
-  const dir = await dataDir()
-  // What an earlier version left: no role but the superuser, which owns the tables and carries the service's timeout.
-  const earlier = await startEmbeddedPostgres({ dir })
-  const admin = new pg.Client({ connectionString: earlier.url })
-  await admin.connect()
-  await admin.query(`ALTER DATABASE postgres OWNER TO postgres; DROP ROLE ${SERVICE_ROLE}`)
-  await runMigrations(earlier.url, { info: () => {}, warn: () => {}, error: () => {} })
-  await admin.query("ALTER ROLE postgres IN DATABASE postgres SET statement_timeout = '5000ms'")
-  await admin.query("INSERT INTO categories (name) VALUES ('from before')")
-  t.same((await owners(admin)).map(row => (row as { owner: string }).owner), ['postgres', 'postgres', 'postgres'])
-  await admin.end()
-  await earlier.stop()
-  await unlink(path.join(dir, `${SERVICE_ROLE}-password`))
-
-  const server = await startServer(t, { DATA_DIR: dir })
-  const key = await secret(dir, 'dev-api-key')
-  t.same((await request(server, key)).body, [{ id: 1, name: 'from before' }], 'its data is served')
-  t.equal((await request(server, key, 'POST', { name: 'after' })).status, 201, 'and written')
-  const superuser = await psql(t, dir, 'postgres', 'postgres-password')
-  t.same(await owners(superuser), ownedByService, 'the database, tables and functions passed to the role')
-  t.same((await serviceSessionRoles(superuser)).map(row => (row as { usename: string }).usename), [SERVICE_ROLE])
-  t.equal((await superuser.query('SHOW statement_timeout')).rows[0].statement_timeout, '0', 'the superuser lost the service\'s timeout')
   server.child.kill('SIGTERM')
   t.equal(await server.exited, 0)
 })

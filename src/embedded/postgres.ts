@@ -276,28 +276,13 @@ async function provisionServiceRole (superuserUrl: string, password: string): Pr
   const [role, database] = [SERVICE_ROLE, SERVICE_DATABASE]
   const client = new pg.Client({ connectionString: superuserUrl, application_name: 'petstore-embedded' })
   await client.connect()
-  // The first start on a cluster of an earlier version, which connected as the superuser, gave it the service's
-  // statement timeout and its tables: the one goes, the others pass to the service's role.
   await client.query(`
     DO $$ BEGIN
-      IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '${role}') THEN
-        CREATE ROLE ${role};
-        ALTER ROLE postgres IN DATABASE ${database} RESET statement_timeout;
-      END IF;
+      IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '${role}') THEN CREATE ROLE ${role}; END IF;
     END $$;
     ALTER ROLE ${role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS
       PASSWORD ${client.escapeLiteral(scramVerifier(password))};
-    ALTER DATABASE ${database} OWNER TO ${role};
-    DO $$ DECLARE statement text; BEGIN
-      FOR statement IN
-        SELECT format('ALTER TABLE %s OWNER TO ${role}', oid::regclass) FROM pg_class
-        WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p', 'v', 'm')
-          AND relowner <> '${role}'::regrole
-        UNION ALL
-        SELECT format('ALTER ROUTINE %s OWNER TO ${role}', oid::regprocedure) FROM pg_proc
-        WHERE pronamespace = 'public'::regnamespace AND proowner <> '${role}'::regrole
-      LOOP EXECUTE statement; END LOOP;
-    END $$`).finally(async () => { await client.end() })
+    ALTER DATABASE ${database} OWNER TO ${role}`).finally(async () => { await client.end() })
 }
 
 export async function startEmbeddedPostgres ({ dir, port: fixedPort, log = () => {}, lock: givenLock }: Options):
