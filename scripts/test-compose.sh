@@ -114,6 +114,22 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/categories")
 grep -q '^# TYPE' <<<"$(curl -sf "http://127.0.0.1:$metrics_port/metrics")" && pass "metrics on 127.0.0.1:$metrics_port" || fail "no metrics on :$metrics_port"
 grep -qF "$key" <(docker logs "$api" 2>&1) && fail "the API key appears in the API's log" || pass "key not in the log"
 
+step "the service's own role: the API is no superuser, an operator's session has no statement timeout"
+psql_as() { docker exec -e PGPASSWORD="$2" "$db" psql -h 127.0.0.1 -U "$1" -d petstore -tAc "$3" 2>&1; }
+superuser_password=$(sed -n 's/^POSTGRES_PASSWORD=//p' "$work/.env")
+service_password=$(sed -n 's/^PETSTORE_DB_PASSWORD=//p' "$work/.env")
+roles=$(psql_as postgres "$superuser_password" "SELECT DISTINCT a.usename || ' superuser=' || r.rolsuper FROM pg_stat_activity a
+  JOIN pg_roles r ON r.rolname = a.usename WHERE a.application_name LIKE 'petstore%'")
+[ "$roles" = "petstore superuser=false" ] && pass "the API's sessions run as petstore, no superuser" || fail "the API's sessions run as: $roles"
+owner=$(psql_as postgres "$superuser_password" "SELECT tableowner FROM pg_tables WHERE tablename = 'categories'")
+[ "$owner" = petstore ] && pass "petstore owns its tables" || fail "categories is owned by $owner"
+[ "$(psql_as petstore "$service_password" 'SHOW statement_timeout')" = 5s ] && pass "petstore's sessions: statement_timeout 5s" \
+  || fail "petstore's statement_timeout: $(psql_as petstore "$service_password" 'SHOW statement_timeout')"
+out=$(psql_as postgres "$superuser_password" 'SELECT pg_sleep(5.5)') && pass "an operator's 5.5 s statement as postgres completes" \
+  || fail "the operator's statement failed: $out"
+grep -q 'canceling statement due to statement timeout' <<<"$(psql_as petstore "$service_password" 'SELECT pg_sleep(5.5)')" \
+  && pass "the same statement as petstore is cancelled at 5 s" || fail "petstore's 5.5 s statement was not cancelled"
+
 step "down, up: the data is kept"
 t0=$(date +%s%N)
 c down >"$work/down.log" 2>&1 || { cat "$work/down.log"; fail "compose down"; }

@@ -16,7 +16,7 @@ import { AUTH, testApp } from './helpers/app.js'
 const dir = await mkdtemp(path.join(tmpdir(), 'petstore-faults-'))
 const port = await freePort()
 let server: EmbeddedDatabase | undefined = await startEmbeddedPostgres({ dir, port })
-const url = server.url
+const url = server.serviceUrl
 t.teardown(async () => {
   await server?.stop()
   await rm(dir, { recursive: true, force: true })

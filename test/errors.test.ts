@@ -101,7 +101,8 @@ t.test('an unreachable database is a 503 with Retry-After within a bounded time,
   t.equal((await down.inject({ method: 'POST', url: '/v1/categories', ...json({ name: 'before' }) })).statusCode, 201)
   // Take the database away under the running app: terminate its connections and rename it.
   const name = new URL(downDb).pathname.slice(1)
-  const admin = new pg.Client({ connectionString: db.url })
+  // An operator's work: terminating another role's sessions and renaming its database take the superuser.
+  const admin = new pg.Client({ connectionString: db.adminUrl })
   await admin.connect()
   t.teardown(async () => { await admin.end() })
   // pg_terminate_backend only signals: a backend may still be exiting, or the app's change feed may reconnect,

@@ -82,3 +82,14 @@ t.test('DB_STATEMENT_TIMEOUT_MS becomes the role\'s statement_timeout in this da
   t.ok(performance.now() - started >= 900, 'the run waited a second for the lock, past the role\'s 300 ms, and completed')
   await t.rejects(withClient(url, async client => { await client.query('SELECT pg_sleep(1)') }), { code: '57014' }, 'outside the run, the role\'s timeout cancels a slow statement')
 })
+
+t.test('a superuser\'s settings are never changed: the warning prints the statement for an operator', async t => {
+  const url = await db.createDatabase()
+  const warnings: string[] = []
+  await runMigrations(db.adminUrlFor(url), { ...quiet, warn: message => { warnings.push(message) } }, { statementTimeoutMs: 4321 })
+  const settings = await withClient(db.adminUrlFor(url), async client => (await client.query<{ setting: string }>(
+    "SELECT setting FROM pg_settings WHERE name = 'statement_timeout'")).rows[0]?.setting)
+  t.equal(settings, '0', 'the superuser\'s sessions keep no timeout')
+  t.equal(warnings.length, 1)
+  t.match(warnings[0], /^DB_STATEMENT_TIMEOUT_MS: the service connects as \S+, a superuser, whose settings would reach every operator session too: connect as a role of its own \(docs\/deployment\.md\), or set it for that role: ALTER ROLE \S+ IN DATABASE petstore_test_[0-9a-f]+ SET statement_timeout = '4321ms'$/)
+})

@@ -27,11 +27,12 @@ await chmod(dir, 0o711) // as root, PostgreSQL runs as the postgres user, which 
 const oldServer = await startEmbeddedPostgres({ dir: path.join(dir, 'old') })
 t.teardown(async () => { await oldServer.stop() })
 await mkdir(path.join(dir, 'new'))
-await copyFile(path.join(dir, 'old', 'postgres-password'), path.join(dir, 'new', 'postgres-password'))
+for (const secret of ['postgres-password', 'petstore-password']) await copyFile(path.join(dir, 'old', secret), path.join(dir, 'new', secret))
 const newServer = await startEmbeddedPostgres({ dir: path.join(dir, 'new') })
 t.teardown(async () => { await newServer.stop() })
-const oldUrl = oldServer.url
-const newUrl = newServer.url
+// The service connects as its own role, the same on both servers; the admins as the superuser.
+const oldUrl = oldServer.serviceUrl
+const newUrl = newServer.serviceUrl
 await runMigrations(newUrl, { info: () => {}, warn: () => {}, error: () => {} })
 
 const proxy = await TcpProxy.start({ host: '127.0.0.1', port: Number(new URL(oldUrl).port) })
@@ -44,8 +45,8 @@ async function client (url: string): Promise<pg.Client> {
   t.teardown(async () => { await c.end() })
   return c
 }
-const oldAdmin = await client(oldUrl)
-const newAdmin = await client(newUrl)
+const oldAdmin = await client(oldServer.url)
+const newAdmin = await client(newServer.url)
 
 async function names (target: FastifyInstance): Promise<string[]> {
   const res = await target.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })

@@ -42,20 +42,28 @@ t.test('a database asked for after the test ended is an error, and none is left 
   const ended = { teardown: (fn: () => Promise<void> | void) => { fn()?.catch(err => { t.error(err) }) }, comment: () => {} }
   // On this file's server, as under npm test, where a database left behind stays until someone drops it.
   const shared = process.env[SERVER_URL_VARIABLE]
-  process.env[SERVER_URL_VARIABLE] = Object.assign(new URL(db.url), { pathname: '/postgres' }).toString()
+  process.env[SERVER_URL_VARIABLE] = Object.assign(new URL(db.adminUrl), { pathname: '/postgres' }).toString()
   t.teardown(() => { if (shared === undefined) delete process.env[SERVER_URL_VARIABLE]; else process.env[SERVER_URL_VARIABLE] = shared })
   const error = await testDatabase(ended).then(() => undefined, (err: Error) => err)
   t.match(error?.message, /^petstore_test_[0-9a-f]{12}: the test ended before its database was ready: await testDatabase\(t\) before the file's first subtest$/)
   // Other files make and drop their databases on this server meanwhile: only the one named is looked for.
   const name = error?.message.split(':')[0] ?? ''
-  const client = new pg.Client({ connectionString: db.url })
+  const client = new pg.Client({ connectionString: db.adminUrl })
   await client.connect()
   t.teardown(async () => { await client.end() })
   t.equal((await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name])).rowCount, 0, `${name} is not left behind`)
+  t.equal((await client.query('SELECT 1 FROM pg_roles WHERE rolname = $1', [name])).rowCount, 0, 'nor its role')
 })
 
-t.test('this file\'s database is on the server the run announced', async t => {
-  const client = new pg.Client({ connectionString: db.url })
+t.test('this file\'s database is on the server the run announced, owned by a role that is no superuser', async t => {
+  const owner = new pg.Client({ connectionString: db.url })
+  await owner.connect()
+  t.teardown(async () => { await owner.end() })
+  const { rows: [role] } = await owner.query<{ name: string, superuser: boolean, owner: string }>(
+    `SELECT current_user AS name, rolsuper AS superuser, pg_get_userbyid(datdba) AS owner
+     FROM pg_roles, pg_database WHERE rolname = current_user AND datname = current_database()`)
+  t.same(role, { name: role?.owner, superuser: false, owner: role?.owner }, 'as the service connects: a role of its own')
+  const client = new pg.Client({ connectionString: db.adminUrl })
   await client.connect()
   t.teardown(async () => { await client.end() })
   const { rows: [server] } = await client.query<{ version: string, database: string, dataDirectory: string }>(

@@ -58,16 +58,26 @@ Promise<void> {
   }
 }
 
-/** Makes `ms` the role's statement_timeout in this database; true when that changed it. */
+/**
+ * Makes `ms` the role's statement_timeout in this database; true when that changed it. Never a superuser's:
+ * that role is an operator's too, and the timeout would cut their imports and maintenance.
+ */
 async function setStatementTimeout (client: pg.Client, ms: number, logger: Logger): Promise<boolean> {
-  const { rows } = await client.query<{ role: string, database: string, current: string[] | null }>(`
-    SELECT quote_ident(current_user) AS role, quote_ident(current_database()) AS database, (
-      SELECT setconfig FROM pg_db_role_setting
-      WHERE setrole = (SELECT oid FROM pg_roles WHERE rolname = current_user)
-        AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())) AS current`)
-  const { role, database, current } = rows[0] as { role: string, database: string, current: string[] | null }
+  const { rows } = await client.query<{ role: string, database: string, superuser: boolean, current: string[] | null }>(`
+    SELECT quote_ident(current_user) AS role, quote_ident(current_database()) AS database,
+      (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS superuser, (
+        SELECT setconfig FROM pg_db_role_setting
+        WHERE setrole = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+          AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())) AS current`)
+  const { role, database, superuser, current } = rows[0] as { role: string, database: string, superuser: boolean, current: string[] | null }
   if (current?.includes(`statement_timeout=${ms}ms`) === true) return false
   const statement = `ALTER ROLE ${role} IN DATABASE ${database} SET statement_timeout = '${ms}ms'`
+  if (superuser) {
+    logger.warn(`DB_STATEMENT_TIMEOUT_MS: the service connects as ${role}, a superuser, whose settings would reach ` +
+      'every operator session too: connect as a role of its own (docs/deployment.md), or set it for that role: ' +
+      statement)
+    return false
+  }
   await client.query('SAVEPOINT statement_timeout')
   try {
     await client.query(statement)

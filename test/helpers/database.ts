@@ -9,11 +9,16 @@ import { chooseSource, describeChoice, startPostgresServer, type DatabaseSource,
  * server of its own, chosen the same way (test/helpers/postgres-server.ts), and says which.
  */
 export interface TestDatabase {
+  /** As the service connects: a role of the file's own that owns its databases and nothing more (no superuser). */
   url: string
+  /** The same database as the server's superuser, for what only an operator may do. */
+  adminUrl: string
   /** Where its server came from. */
   source: DatabaseSource
-  /** Creates one more empty database on the same server (for tests that need two). */
+  /** Creates one more empty database on the same server, owned by the same role (for tests that need two). */
   createDatabase: () => Promise<string>
+  /** A URL's database as the server's superuser. */
+  adminUrlFor: (url: string) => string
   close: () => Promise<void>
 }
 
@@ -26,9 +31,13 @@ interface Teardown {
 export const SERVER_URL_VARIABLE = 'TEST_DATABASE_SERVER_URL'
 export const SERVER_SOURCE_VARIABLE = 'TEST_DATABASE_SERVER_SOURCE'
 
-function withDatabase (serverUrl: string, database: string): string {
+function withDatabase (serverUrl: string, database: string, role?: { name: string, password: string }): string {
   const url = new URL(serverUrl)
   url.pathname = `/${database}`
+  if (role !== undefined) {
+    url.username = role.name
+    url.password = role.password
+  }
   return url.toString()
 }
 
@@ -48,32 +57,39 @@ async function runServer (t: Teardown): Promise<PostgresServer> {
 
 export async function testDatabase (t: Teardown): Promise<TestDatabase> {
   const server = await runServer(t)
+  // One role per file owns each of its databases (one login for a pooler in front, as in a deployment).
+  const role = { name: `petstore_test_${randomBytes(6).toString('hex')}`, password: randomBytes(12).toString('hex') }
+  await onServer(server.url, [`CREATE ROLE ${role.name} LOGIN PASSWORD '${role.password}'`])
   const created: string[] = []
+  let closed = false
+  const dropAll = async (): Promise<void> => {
+    await onServer(server.url, [...created.map(name => `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`), `DROP ROLE IF EXISTS ${role.name}`])
+  }
   const createDatabase = async (): Promise<string> => {
-    const name = `petstore_test_${randomBytes(6).toString('hex')}`
-    await onServer(server.url, [`CREATE DATABASE ${name}`])
+    const name = created.length === 0 ? role.name : `petstore_test_${randomBytes(6).toString('hex')}`
+    // A file that awaits testDatabase(t) after starting a subtest can end before it resolves (tap then drops its
+    // later subtests): once the teardown has run, nothing would drop a database made now.
+    const ended = new Error(`${name}: the test ended before its database was ready: await testDatabase(t) before the file's first subtest`)
+    if (closed) throw ended
+    await onServer(server.url, [`CREATE DATABASE ${name} OWNER ${role.name}`])
     if (closed) {
-      // The teardown has run: nothing would drop it. A file that awaits testDatabase(t) after starting a
-      // subtest can end before it resolves, and tap then drops its later subtests without a failure.
-      const error = new Error(`${name}: the test ended before its database was ready: await testDatabase(t) before the file's first subtest`)
-      // On a server of this file's own, the teardown stops it, and the database goes with it.
-      await onServer(server.url, [`DROP DATABASE ${name}`]).catch((err: Error) => { error.message += ` (and dropping it failed: ${err.message})` })
-      throw error
+      await onServer(server.url, [`DROP DATABASE ${name}`, `DROP ROLE IF EXISTS ${role.name}`]).catch(() => {})
+      throw ended
     }
     created.push(name)
-    return withDatabase(server.url, name)
+    return withDatabase(server.url, name, role)
   }
-  let closed = false
+  const adminUrlFor = (url: string): string => withDatabase(server.url, new URL(url).pathname.slice(1))
   const close = async (): Promise<void> => {
     if (closed) return
     closed = true
     try {
-      await onServer(server.url, created.map(name => `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+      await dropAll()
     } finally {
       await server.stop()
     }
   }
   t.teardown(close)
   const url = await createDatabase()
-  return { url, source: server.source, createDatabase, close }
+  return { url, adminUrl: adminUrlFor(url), source: server.source, createDatabase, adminUrlFor, close }
 }
