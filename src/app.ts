@@ -15,6 +15,7 @@ import { registerResponseHeaders, requestId, type Lifecycle } from './http/lifec
 import { registerMethodNotAllowed } from './http/method-not-allowed.js'
 import { createMetrics, registerPoolMetrics } from './http/metrics.js'
 import { registerOpenApi } from './http/openapi.js'
+import { originForm } from './http/protocol.js'
 import rateLimits from './http/rate-limit.js'
 import { registerSingletonHeaderCheck } from './http/singleton-headers.js'
 import { registerPetRoutes } from './pets/routes.js'
@@ -73,6 +74,7 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
     genReqId: requestId,
     trustProxy: config.trustProxy,
+    rewriteUrl: originForm,
     bodyLimit: config.bodyLimitBytes,
     requestTimeout: config.requestTimeoutMs,
     keepAliveTimeout: config.keepAliveTimeoutMs,
