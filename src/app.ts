@@ -7,7 +7,7 @@ import type { Config } from './config.js'
 import { migrationNames } from './db/migrate.js'
 import auth from './http/auth.js'
 import { registerCors } from './http/cors.js'
-import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
+import { frameworkErrors, registerErrorHandling } from './http/error-handler.js'
 import { ErrorSchema } from './http/errors.js'
 import { registerHealthRoutes } from './http/health.js'
 import { registerJsonBodyParser } from './http/json-body.js'
@@ -15,7 +15,7 @@ import { registerResponseHeaders, requestId, type Lifecycle } from './http/lifec
 import { registerMethodNotAllowed } from './http/method-not-allowed.js'
 import { createMetrics, registerPoolMetrics } from './http/metrics.js'
 import { registerOpenApi } from './http/openapi.js'
-import { originForm } from './http/protocol.js'
+import { clientErrorHandler, originForm, registerProtocolRules } from './http/protocol.js'
 import rateLimits from './http/rate-limit.js'
 import { registerSingletonHeaderCheck } from './http/singleton-headers.js'
 import { registerPetRoutes } from './pets/routes.js'
@@ -83,7 +83,9 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
       headersTimeout: config.headersTimeoutMs,
       requestTimeout: config.requestTimeoutMs,
       connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
-      maxHeaderSize: config.maxHeaderBytes
+      maxHeaderSize: config.maxHeaderBytes,
+      // protocol.ts answers a missing Host in our shape; Node's own answer is a bare 400.
+      requireHostHeader: false
     },
     // Requests that arrive while closing are still served (with Connection: close), and get our Error body if they fail.
     return503OnClosing: false,
@@ -113,6 +115,7 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
   registerJsonBodyParser(app)
   // First of the onRequest hooks: preflights are answered before auth, and every error a page gets carries the CORS headers.
   await registerCors(app, config.corsOrigins)
+  registerProtocolRules(app)
   // Before the rate limits and auth: a repeated Authorization is refused before any key is looked at.
   registerSingletonHeaderCheck(app)
   app.addHook('onResponse', function requestCompleted (request, reply, done) {

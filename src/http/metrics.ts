@@ -1,6 +1,8 @@
-import { createServer, type Server } from 'node:http'
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type pg from 'pg'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { ApiError, notFound } from './errors.js'
+import { answerServerEvents, clientErrorHandler, originForm, protocolError } from './protocol.js'
 
 /**
  * Prometheus metrics, served on their own port (METRICS_PORT), never on the
@@ -32,12 +34,23 @@ export function registerPoolMetrics (registry: Registry, pool: pg.Pool): void {
   pool.on('error', () => { poolErrors.inc() })
 }
 
+function metricsRouteError (req: IncomingMessage): ApiError | undefined {
+  if (req.url !== '/metrics') return notFound('metrics are at GET /metrics')
+  if (req.method === 'GET' || req.method === 'HEAD') return undefined
+  const message = `${req.method ?? ''} is not allowed on /metrics; use GET, HEAD`
+  return new ApiError(405, 'METHOD_NOT_ALLOWED', message, { allow: 'GET, HEAD' })
+}
+
 export async function startMetricsServer (registry: Registry, options: { port: number, host: string }): Promise<Server | undefined> {
   if (options.port === 0) return undefined
-  const server = createServer((req, res) => {
-    if (req.method !== 'GET' || req.url !== '/metrics') {
-      res.writeHead(404, { 'content-type': 'application/json; charset=utf-8' })
-      res.end(JSON.stringify({ code: 'NOT_FOUND', message: 'metrics are at GET /metrics', status: 404 }))
+  const serve = (req: IncomingMessage, res: ServerResponse): void => {
+    req.url = originForm(req)
+    const error = protocolError(req) ?? metricsRouteError(req)
+    if (error !== undefined) {
+      const body = JSON.stringify(error.toBody())
+      const type = 'application/json; charset=utf-8'
+      res.writeHead(error.status, { ...error.headers, 'content-type': type, 'content-length': Buffer.byteLength(body) })
+      res.end(body)
       return
     }
     registry.metrics().then(text => {
@@ -47,7 +60,11 @@ export async function startMetricsServer (registry: Registry, options: { port: n
       res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' })
       res.end(JSON.stringify({ code: 'INTERNAL_ERROR', message: 'internal error', status: 500 }))
     })
-  })
+  }
+  // Like the app's server (protocol.ts): every answer of this listener is in the Error shape too.
+  const server = createServer({ requireHostHeader: false }, serve)
+  server.on('clientError', clientErrorHandler)
+  answerServerEvents(server, serve)
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(options.port, options.host, resolve)
