@@ -139,6 +139,38 @@ t.test('a method Node does not know is 501; a request line that is not HTTP is 4
   }
 })
 
+t.test('a known path with another method is 405 with Allow, on every known path', async t => {
+  const cases: Array<[string, string, boolean]> = [
+    ['/health/live', 'GET, HEAD', false],
+    ['/health/ready', 'GET, HEAD', false],
+    ['/docs', 'GET, HEAD', false],
+    ['/docs/', 'GET, HEAD', false],
+    ['/docs/json', 'GET, HEAD', false],
+    ['/docs/yaml', 'GET, HEAD', false],
+    ['/docs/openapi.json', 'GET, HEAD', false],
+    ['/docs/petstore.postman_collection.json', 'GET, HEAD', false],
+    ['/docs/static/index.html', 'GET, HEAD', false],
+    ['/v1/categories', 'GET, POST, HEAD', true],
+    ['/v1/categories/1', 'GET, HEAD', true],
+    // A trailing slash is getCategory with an empty id, so POST there is 405 like POST /v1/categories/1.
+    ['/v1/categories/', 'GET, HEAD', true],
+    ['/v1/pets/1', 'GET, HEAD', true],
+    ['/v1/store/orders', 'GET, HEAD', true]
+  ]
+  for (const [path, allow, needsKey] of cases) {
+    for (const method of ['POST', 'PUT', 'DELETE', 'PATCH', 'TRACE', 'PROPFIND'].filter(m => !allow.includes(m))) {
+      const key = needsKey ? [KEY] : []
+      const answer = assertError(t, await exchange([request(`${method} ${path} HTTP/1.1`, 'Host: x', ...key, CLOSE)]), 405,
+        'METHOD_NOT_ALLOWED', `${method} is not allowed on ${path}; use ${allow}`, `${method} ${path}`)
+      t.equal(answer.headers.allow, allow, `${method} ${path}: Allow`)
+    }
+  }
+  assertError(t, await exchange([request('POST /v1/categories/ HTTP/1.1', 'Host: x', CLOSE)]), 401, 'UNAUTHORIZED',
+    'an API key is required: send Authorization: Bearer <key>', 'under /v1 the key comes first')
+  assertError(t, await exchange([request('POST /health/live/ HTTP/1.1', 'Host: x', CLOSE)]), 404, 'NOT_FOUND',
+    'no route for POST /health/live/', 'a trailing slash elsewhere is another path')
+})
+
 t.test('OPTIONS * is 405 with an empty Allow; any other target that is not a path is 400', async t => {
   const answer = assertError(t, await exchange([request('OPTIONS * HTTP/1.1', 'Host: x', CLOSE)]), 405, 'METHOD_NOT_ALLOWED',
     'OPTIONS * is not supported: send requests to a path', 'OPTIONS *')
