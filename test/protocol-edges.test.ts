@@ -1,5 +1,6 @@
 import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { gzipSync } from 'node:zlib'
 import t, { type Test } from 'tap'
 import { startMetricsServer } from '../src/http/metrics.js'
 import { TEST_KEY, listeningApp } from './helpers/app.js'
@@ -204,6 +205,33 @@ t.test('a percent-encoded letter in the path is the letter: /%761/categories nee
   // An encoded slash stays encoded, for the router too: one segment that is not /v1.
   assertError(t, await exchange([request('GET /v1%2Fcategories HTTP/1.1', 'Host: x', CLOSE)]), 404, 'NOT_FOUND',
     'no route for GET /v1%2Fcategories', 'an encoded slash')
+})
+
+async function categoryCount (): Promise<number> {
+  const [answer] = await exchange([request('GET /v1/categories HTTP/1.1', 'Host: x', KEY, CLOSE)])
+  return (JSON.parse(answer?.body ?? '') as unknown[]).length
+}
+
+t.test('a body with a Content-Encoding other than identity is 415 with Accept-Encoding: identity; nothing is stored', async t => {
+  const before = await categoryCount()
+  const plain = '{"name":"coded"}'
+  const cases: Array<[string, Buffer]> = [
+    ['gzip', gzipSync(plain)],
+    ['x-foo', Buffer.from(plain)],
+    ['gzip', Buffer.from(plain)],
+    ['identity, gzip', Buffer.from(plain)],
+    ['br', Buffer.from(plain)]
+  ]
+  for (const [coding, body] of cases) {
+    const answer = assertError(t, await exchange([request('POST /v1/categories HTTP/1.1', 'Host: x', KEY,
+      'Content-Type: application/json', `Content-Encoding: ${coding}`, `Content-Length: ${body.length}`, CLOSE), body]),
+    415, 'UNSUPPORTED_MEDIA_TYPE', 'Content-Encoding must be identity: send the body uncompressed', coding)
+    t.equal(answer.headers['accept-encoding'], 'identity', `${coding}: Accept-Encoding`)
+  }
+  t.equal(await categoryCount(), before, 'nothing was stored')
+  const [created] = await exchange([request('POST /v1/categories HTTP/1.1', 'Host: x', KEY, 'Content-Type: application/json',
+    'Content-Encoding: identity', `Content-Length: ${plain.length}`, CLOSE), plain])
+  t.equal(created?.status, 201, 'identity is read')
 })
 
 t.test('Transfer-Encoding: chunked last and alone, in HTTP/1.1 only; one answer, and the connection closes', async t => {

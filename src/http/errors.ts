@@ -90,7 +90,7 @@ const RESPONSE_DESCRIPTIONS: Record<ErrorStatus, string> = {
   408: 'The request took too long to arrive',
   409: 'The same Idempotency-Key is still being processed (see Retry-After)',
   413: 'Request body is larger than the limit',
-  415: 'Request body is not application/json',
+  415: 'Request body is not application/json, or has a Content-Encoding other than identity',
   422: 'The Idempotency-Key was used with a different body',
   429: 'Too many requests (see Retry-After and RateLimit)',
   431: 'Request headers are too large',

@@ -321,7 +321,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Request body is not application/json */
+            /** @description Request body is not application/json, or has a Content-Encoding other than identity */
             415: {
                 headers: {
                     [name: string]: unknown;
