@@ -5,7 +5,7 @@ import categories from './categories/routes.js'
 import type { Config } from './config.js'
 import auth from './http/auth.js'
 import cors from './http/cors.js'
-import { clientErrorHandler, frameworkErrors, registerErrorHandling } from './http/error-handler.js'
+import { frameworkErrors, registerErrorHandling } from './http/error-handler.js'
 import { ErrorSchema } from './http/errors.js'
 import health from './http/health.js'
 import { registerJsonBodyParser } from './http/json-body.js'
@@ -13,6 +13,7 @@ import lifecycle, { requestId } from './http/lifecycle.js'
 import { registerMethodNotAllowed } from './http/method-not-allowed.js'
 import metrics from './http/metrics.js'
 import { registerOpenApi } from './http/openapi.js'
+import protocol, { clientErrorHandler, originForm } from './http/protocol.js'
 import rateLimits from './http/rate-limit.js'
 import singletonHeaders from './http/singleton-headers.js'
 import pets from './pets/routes.js'
@@ -61,6 +62,7 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
     genReqId: requestId,
     trustProxy: config.trustProxy,
+    rewriteUrl: originForm,
     bodyLimit: config.bodyLimitBytes,
     requestTimeout: config.requestTimeoutMs,
     keepAliveTimeout: config.keepAliveTimeoutMs,
@@ -69,7 +71,9 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
       headersTimeout: config.headersTimeoutMs,
       requestTimeout: config.requestTimeoutMs,
       connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
-      maxHeaderSize: config.maxHeaderBytes
+      maxHeaderSize: config.maxHeaderBytes,
+      // protocol.ts answers a missing Host in our shape; Node's own answer is a bare 400.
+      requireHostHeader: false
     },
     // Requests that arrive while closing are still served (with Connection: close), and get our Error body if they fail.
     return503OnClosing: false,
@@ -95,6 +99,7 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
   await app.register(metrics)
   registerJsonBodyParser(app)
   await app.register(cors, { origins: config.corsOrigins })
+  await app.register(protocol)
   await app.register(singletonHeaders)
   app.addSchema(ErrorSchema)
   await registerOpenApi(app)

@@ -77,6 +77,15 @@ t.test('every documented error status uses the Error schema; schemas come from t
   t.same(doc.paths['/categories'].post.requestBody.content['application/json'].schema, { $ref: '#/components/schemas/NewCategory' })
 })
 
+t.test('DEL, the C1 controls, U+2028 and U+2029 are served escaped: YAML 1.1 tools (PyYAML, Dredd) refuse or fold them raw', async t => {
+  for (const url of ['/docs/openapi.json', '/docs/json']) {
+    const served = await app.inject({ method: 'GET', url })
+    t.notMatch(served.body, /[\u007f-\u009f\u2028\u2029]/, `${url}: none of them raw`)
+    t.match(served.body, /\[\^\\u0000-\\u001f\\u007f-\\u009f\]/, `${url}: the patterns name them as escapes`)
+    t.same(JSON.parse(served.body), doc, `${url}: the same document to a JSON parser`)
+  }
+})
+
 t.test('operational routes are not in the document, and the reference page is served', async t => {
   t.notOk(JSON.stringify(doc.paths).includes('/health'))
   const page = await app.inject({ method: 'GET', url: '/docs/' })

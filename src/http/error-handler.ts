@@ -1,5 +1,4 @@
 import { STATUS_CODES } from 'node:http'
-import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ConstraintViolationError, DatabaseUnavailableError } from '../db/errors.js'
 import { IdempotencyKeyInUseError, IdempotencyKeyReusedError } from '../machinery/idempotency.js'
@@ -8,8 +7,8 @@ import { ApiError, CONFLICT, errorForStatus, malformedJson, notFound, serviceUna
 
 /*
  * One place turns every failure into the contract's Error body: our own
- * ApiErrors, schema validation, the framework's and plugins' errors, Node's
- * client errors (before a request exists) and bugs.
+ * ApiErrors, schema validation, the framework's and plugins' errors and bugs
+ * (what Node's HTTP layer refuses before a request exists: protocol.ts).
  */
 
 interface AjvError { keyword: string, instancePath: string, params: Record<string, unknown>, message?: string }
@@ -95,19 +94,4 @@ export function registerErrorHandling (app: FastifyInstance): void {
 /** Fastify answers a URL it cannot decode (or an over-long path parameter) before routing, outside the error handler. */
 export function frameworkErrors (error: FastifyError, _request: FastifyRequest, reply: FastifyReply): FastifyReply {
   return sendError(reply, toApiError(error))
-}
-
-/** Node rejects some requests before Fastify sees them (bad HTTP, header overflow, timeouts). */
-export function clientErrorHandler (err: Error & { code?: string }, socket: Socket): void {
-  if (err.code === 'ECONNRESET' || socket.destroyed) return
-  const error = err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-    ? errorForStatus(408, 'the request took too long to arrive')
-    : err.code === 'HPE_HEADER_OVERFLOW'
-      ? errorForStatus(431, 'request headers are too large')
-      : errorForStatus(400, 'the request is not valid HTTP')
-  const body = JSON.stringify(error.toBody())
-  if (socket.writable) {
-    socket.write(`HTTP/1.1 ${error.status} ${STATUS_CODES[error.status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
-  }
-  socket.destroy()
 }

@@ -1,10 +1,7 @@
 import { Type, type Static, type TUnsafe } from 'typebox'
 import { ref } from './schemas.js'
 
-/**
- * The error code of each status (docs/api.md, "Status and error codes"), including
- * 408 and 431, which Node's HTTP server produces before any route runs.
- */
+/** The error code of each status (docs/api.md, "Status and error codes"), Node's own answers included. */
 export const ErrorCodes = {
   400: 'VALIDATION_FAILED',
   401: 'UNAUTHORIZED',
@@ -13,13 +10,16 @@ export const ErrorCodes = {
   408: 'REQUEST_TIMEOUT',
   409: 'IDEMPOTENCY_KEY_IN_USE',
   413: 'PAYLOAD_TOO_LARGE',
+  414: 'URI_TOO_LONG',
   415: 'UNSUPPORTED_MEDIA_TYPE',
+  417: 'EXPECTATION_FAILED',
   422: 'IDEMPOTENCY_KEY_REUSED',
   429: 'RATE_LIMITED',
   431: 'HEADERS_TOO_LARGE',
   500: 'INTERNAL_ERROR',
   501: 'NOT_IMPLEMENTED',
-  503: 'SERVICE_UNAVAILABLE'
+  503: 'SERVICE_UNAVAILABLE',
+  505: 'HTTP_VERSION_NOT_SUPPORTED'
 } as const
 
 export const MALFORMED_JSON = 'MALFORMED_JSON'
@@ -74,9 +74,9 @@ export const serviceUnavailable = (message: string, retryAfterSeconds = 1): ApiE
   new ApiError(503, 'SERVICE_UNAVAILABLE', message, { 'retry-after': String(retryAfterSeconds) })
 
 /** The body of a status the service did not produce on purpose (framework, plugin, Node). */
-export function errorForStatus (status: number, message: string): ApiError {
+export function errorForStatus (status: number, message: string, headers: Record<string, string> = {}): ApiError {
   const code = (ErrorCodes as Record<number, ErrorCode>)[status]
-  if (code !== undefined) return new ApiError(status, code, message)
+  if (code !== undefined) return new ApiError(status, code, message, headers)
   if (status >= 500) return new ApiError(500, 'INTERNAL_ERROR', 'internal error')
   return new ApiError(400, 'VALIDATION_FAILED', message)
 }
@@ -92,13 +92,16 @@ const RESPONSE_DESCRIPTIONS: Record<ErrorStatus, string> = {
   408: 'The request took too long to arrive',
   409: 'The same Idempotency-Key is still being processed (see Retry-After)',
   413: 'Request body is larger than the limit',
-  415: 'Request body is not application/json',
+  414: 'The request URL is too long',
+  415: 'Request body is not application/json, or has a Content-Encoding other than identity',
+  417: 'The Expect header asks for something other than 100-continue',
   422: 'The Idempotency-Key was used with a different body',
   429: 'Too many requests (see Retry-After and RateLimit)',
   431: 'Request headers are too large',
   500: 'Unexpected error',
   501: 'Not implemented yet',
-  503: 'Database unreachable, shutting down or overloaded (see Retry-After)'
+  503: 'Database unreachable, shutting down or overloaded (see Retry-After)',
+  505: 'Only HTTP/1.0 and HTTP/1.1 are supported'
 }
 
 /** What the service answers for each status, unless an operation names its own (test/openapi.test.ts compares them with live answers). */
@@ -110,13 +113,16 @@ const EXAMPLE_MESSAGES: Record<ErrorStatus, string> = {
   408: 'the request took too long to arrive',
   409: 'a request with this Idempotency-Key is still being processed; retry later',
   413: 'request body is larger than the limit',
+  414: 'the request URL is too long',
   415: 'Content-Type must be application/json',
+  417: 'the only expectation supported is 100-continue',
   422: 'this Idempotency-Key was already used with a different request body',
   429: 'too many failed authentication attempts from this address; retry in 42 s',
   431: 'request headers are too large',
   500: 'internal error',
   501: 'not implemented yet',
-  503: 'the database is unavailable; retry shortly'
+  503: 'the database is unavailable; retry shortly',
+  505: 'only HTTP/1.0 and HTTP/1.1 are supported'
 }
 
 /** An error response in a route's schema: the Error body, with its example for the OpenAPI document. */

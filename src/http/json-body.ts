@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer'
 import type { FastifyInstance } from 'fastify'
-import { errorForStatus, malformedJson, validationFailed } from './errors.js'
+import { ApiError, errorForStatus, malformedJson, validationFailed } from './errors.js'
 import { interoperabilityProblem } from './interoperable-json.js'
 
 const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)"?/i
@@ -10,10 +10,17 @@ const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)"?/i
  * invalid UTF-8 to U+FFFD silently; the contract wants a 400 instead, so the
  * body is read as bytes and checked before JSON.parse. Other media types: 415.
  * JSON that other parsers would read differently (duplicate names...) is a 400.
+ * A body is read as sent: any Content-Encoding but identity is 415 (RFC 9110 15.5.16).
  */
 export function registerJsonBodyParser (app: FastifyInstance): void {
   app.removeAllContentTypeParsers()
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body: Buffer, done) => {
+    const codings = request.headers['content-encoding']?.split(',').map(coding => coding.trim().toLowerCase()) ?? []
+    if (codings.some(coding => coding !== 'identity' && coding !== '')) {
+      done(new ApiError(415, 'UNSUPPORTED_MEDIA_TYPE', 'Content-Encoding must be identity: send the body uncompressed',
+        { 'accept-encoding': 'identity' }), undefined)
+      return
+    }
     const charset = CHARSET.exec(request.headers['content-type'] ?? '')?.[1]?.toLowerCase()
     if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
       done(errorForStatus(415, 'Content-Type charset must be utf-8'), undefined)

@@ -1,8 +1,10 @@
-import { createServer, type Server } from 'node:http'
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type pg from 'pg'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { ApiError, notFound } from './errors.js'
+import { answerServerEvents, clientErrorHandler, originForm, protocolError } from './protocol.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -52,22 +54,37 @@ export function registerPoolMetrics (registry: Registry, pool: pg.Pool): void {
   pool.on('error', () => { poolErrors.inc() })
 }
 
-const JSON_TYPE = { 'content-type': 'application/json; charset=utf-8' }
+const JSON_TYPE = 'application/json; charset=utf-8'
 
+function metricsRouteError (req: IncomingMessage): ApiError | undefined {
+  if (req.url !== '/metrics') return notFound('metrics are at GET /metrics')
+  if (req.method === 'GET' || req.method === 'HEAD') return undefined
+  const message = `${req.method ?? ''} is not allowed on /metrics; use GET, HEAD`
+  return new ApiError(405, 'METHOD_NOT_ALLOWED', message, { allow: 'GET, HEAD' })
+}
+
+function send (res: ServerResponse, status: number, type: string, body: string, headers: object = {}): void {
+  res.writeHead(status, { ...headers, 'content-type': type, 'content-length': Buffer.byteLength(body) }).end(body)
+}
+
+/** GET /metrics on its own listener, every other answer in the Error shape as on the app's (protocol.ts). */
 export async function startMetricsServer (registry: Registry, options: { port: number, host: string }):
 Promise<Server | undefined> {
   if (options.port === 0) return undefined
-  const server = createServer((req, res) => {
-    if (req.method !== 'GET' || req.url !== '/metrics') {
-      res.writeHead(404, JSON_TYPE).end(JSON.stringify({ code: 'NOT_FOUND', message: 'metrics are at GET /metrics', status: 404 }))
+  const serve = (req: IncomingMessage, res: ServerResponse): void => {
+    req.url = originForm(req)
+    const error = protocolError(req) ?? metricsRouteError(req)
+    if (error !== undefined) {
+      send(res, error.status, JSON_TYPE, JSON.stringify(error.toBody()), error.headers)
       return
     }
-    registry.metrics().then(text => {
-      res.writeHead(200, { 'content-type': registry.contentType }).end(text)
-    }, () => {
-      res.writeHead(500, JSON_TYPE).end(JSON.stringify({ code: 'INTERNAL_ERROR', message: 'internal error', status: 500 }))
+    registry.metrics().then(text => { send(res, 200, registry.contentType, text) }, () => {
+      send(res, 500, JSON_TYPE, JSON.stringify({ code: 'INTERNAL_ERROR', message: 'internal error', status: 500 }))
     })
-  })
+  }
+  const server = createServer({ requireHostHeader: false }, serve)
+  server.on('clientError', clientErrorHandler)
+  answerServerEvents(server, serve)
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(options.port, options.host, resolve)

@@ -6,6 +6,15 @@ import postmanCollection from './petstore.postman_collection.json' with { type: 
 export const API_VERSION = '1.0.0'
 
 /**
+ * YAML 1.1 tools (PyYAML, Dredd) read a JSON document as YAML: they refuse DEL and the C1 controls raw, and
+ * YAML 1.1 counts NEL, U+2028 and U+2029 as line breaks. As JSON escapes they are the same characters.
+ */
+const YAML_1_1_UNREADABLE = /[\u007F-\u009F\u2028\u2029]/g
+export function escapeJsonControls (json: string): string {
+  return json.replace(YAML_1_1_UNREADABLE, c => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+}
+
+/**
  * The Postman collection generated from this document (`npm run api:generate`, committed;
  * a test keeps it current), served beside it. Imported, so that it goes wherever the code goes
  * (tsc copies it into dist/), and written out as the file is.
@@ -131,7 +140,10 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
   await app.register(async docs => {
     docs.addHook('onSend', async (request, reply, payload) => {
       reply.header('content-security-policy', docsContentSecurityPolicy(request))
-      return request.routeOptions.url === '/docs/yaml' && typeof payload === 'string' ? escapeYamlControls(payload) : payload
+      if (typeof payload !== 'string') return payload
+      const route = request.routeOptions.url
+      if (route === '/docs/yaml') return escapeYamlControls(payload)
+      return route === '/docs/json' ? escapeJsonControls(payload) : payload
     })
     await docs.register(swaggerUi, {
       routePrefix: '/docs',
@@ -140,7 +152,8 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
       uiConfig: { showExtensions: true, displayOperationId: true, layout: 'BaseLayout' }
     })
   })
-  app.get('/docs/openapi.json', { schema: { hide: true } }, async () => app.swagger())
+  app.get('/docs/openapi.json', { schema: { hide: true } }, async (_request, reply) =>
+    reply.type('application/json; charset=utf-8').send(escapeJsonControls(JSON.stringify(app.swagger()))))
   app.get('/docs/petstore.postman_collection.json', { schema: { hide: true } }, async (_request, reply) =>
     reply.type('application/json; charset=utf-8').header('content-disposition', 'attachment; filename="petstore.postman_collection.json"').send(POSTMAN_COLLECTION))
 }

@@ -41,5 +41,4 @@ async function singletonHeaders (app: FastifyInstance): Promise<void> {
   })
 }
 
-// After CORS: a page can read this 400 too.
-export default fp(singletonHeaders, { name: 'singleton-headers', dependencies: ['cors'] })
+export default fp(singletonHeaders, { name: 'singleton-headers', dependencies: ['protocol'] })

@@ -101,7 +101,7 @@ export interface components {
              * @description Machine-readable error code
              * @enum {string}
              */
-            code: "VALIDATION_FAILED" | "UNAUTHORIZED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "IDEMPOTENCY_KEY_IN_USE" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "IDEMPOTENCY_KEY_REUSED" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "MALFORMED_JSON" | "CONFLICT";
+            code: "VALIDATION_FAILED" | "UNAUTHORIZED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "IDEMPOTENCY_KEY_IN_USE" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "EXPECTATION_FAILED" | "IDEMPOTENCY_KEY_REUSED" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "HTTP_VERSION_NOT_SUPPORTED" | "MALFORMED_JSON" | "CONFLICT";
             /** @description Human-readable explanation; never internals */
             message: string;
             /** @description Equal to the HTTP status of the response */
@@ -321,7 +321,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Request body is not application/json */
+            /** @description Request body is not application/json, or has a Content-Encoding other than identity */
             415: {
                 headers: {
                     [name: string]: unknown;
