@@ -12,7 +12,8 @@ const EnvSchema = Type.Object({
   HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
   API_KEYS: Type.Optional(Type.String()),
   API_KEY_SHA256: Type.Optional(Type.String()),
-  LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map(l => Type.Literal(l)), { default: 'info' }),
+  LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map(l => Type.Literal(l)),
+    { default: 'info' }),
   PETS_SUNSET: Type.Optional(Type.String({ pattern: '^\\d{4}-\\d{2}-\\d{2}$' })),
   TRUST_PROXY: Type.Union([Type.Boolean(), Type.String({ minLength: 1 })], { default: false }),
   DATA_DIR: Type.String({ minLength: 1, default: './data' }),
@@ -39,41 +40,7 @@ const EnvSchema = Type.Object({
 
 type Env = Static<typeof EnvSchema>
 
-export interface Config {
-  production: boolean
-  /** Unset outside production means: start the embedded PostgreSQL. */
-  databaseUrl: string | undefined
-  /**
-   * The same database without a transaction pooler in between (Prisma's directUrl):
-   * the change feed LISTENs and migrations run there. Unset: DATABASE_URL.
-   */
-  databaseDirectUrl: string | undefined
-  port: number
-  host: string
-  /** SHA-256 digests of every accepted API key; empty outside production means: create a development key. */
-  apiKeyDigests: Buffer[]
-  logLevel: string
-  /** Sunset of GET /v1/pets/{petId} as an HTTP-date (RFC 8594), when configured. */
-  petsSunset: string | undefined
-  trustProxy: boolean | string
-  dataDir: string
-  /** statementTimeoutMs: made the role's statement_timeout at start (db/migrate.ts). */
-  db: { poolMax: number, connectionTimeoutMs: number, statementTimeoutMs: number, maxWaiting: number }
-  bodyLimitBytes: number
-  requestTimeoutMs: number
-  keepAliveTimeoutMs: number
-  /** Time a client has to send the request line and headers; never more than requestTimeoutMs. */
-  headersTimeoutMs: number
-  maxHeaderBytes: number
-  /** authFailures per windowMs per client address; perKeyPerMinute 0 means no per-key limit. */
-  rateLimit: { authFailures: number, windowMs: number, perKeyPerMinute: number }
-  /** When set, both rate limits count in this Redis, shared by every instance; timeoutMs bounds each wait for it. */
-  redis: { url: string, timeoutMs: number } | undefined
-  shutdown: { drainMs: number, timeoutMs: number }
-  metrics: { port: number, host: string }
-  /** Exact origins (scheme://host[:port]) whose pages may call the API from a browser; empty: no CORS headers at all. */
-  corsOrigins: string[]
-}
+export type Config = ReturnType<typeof loadConfig>
 
 export class ConfigError extends StartupError {
   constructor (message: string) {
@@ -82,7 +49,7 @@ export class ConfigError extends StartupError {
   }
 }
 
-/** SHA-256 of a key's UTF-8 bytes, in one call (crypto.hash: no Hash object; auth.ts runs it for every new Authorization header). */
+/** crypto.hash: no Hash object for a digest auth.ts makes per request. */
 export function sha256 (key: string): Buffer {
   return hash('sha256', key, 'buffer') as unknown as Buffer
 }
@@ -97,10 +64,7 @@ function list (name: string, value: string | undefined): string[] {
   return items
 }
 
-/**
- * The example configuration ships placeholder values starting with "change-me": a key
- * that starts so (or the digest of a shipped one) was never replaced, and is refused.
- */
+// .env.example's placeholders start so: a key (or the digest of one) that still does was never replaced.
 const PLACEHOLDER_PREFIX = 'change-me'
 const PLACEHOLDER_DIGESTS = new Set(['change-me', 'change-me-api-key'].map(key => sha256(key).toString('hex')))
 const REPLACE_HINT = 'replace it with a real key (for example the output of: openssl rand -hex 32)'
@@ -108,7 +72,8 @@ const REPLACE_HINT = 'replace it with a real key (for example the output of: ope
 function apiKeyDigests (env: Env): Buffer[] {
   const plain = list('API_KEYS', env.API_KEYS).map((key, i) => {
     if (key.toLowerCase().startsWith(PLACEHOLDER_PREFIX)) {
-      throw new ConfigError(`API_KEYS entry ${i + 1} is a placeholder (it starts with "${PLACEHOLDER_PREFIX}"); ${REPLACE_HINT}`)
+      throw new ConfigError(`API_KEYS entry ${i + 1} is a placeholder (it starts with "${PLACEHOLDER_PREFIX}"); ` +
+        REPLACE_HINT)
     }
     return sha256(key)
   })
@@ -117,7 +82,8 @@ function apiKeyDigests (env: Env): Buffer[] {
       throw new ConfigError('API_KEY_SHA256 entries must be 64 hexadecimal characters (a SHA-256 digest)')
     }
     if (PLACEHOLDER_DIGESTS.has(hex.toLowerCase())) {
-      throw new ConfigError(`API_KEY_SHA256 entry ${i + 1} is the digest of a placeholder key from the example configuration; ${REPLACE_HINT}, and use its digest`)
+      throw new ConfigError(`API_KEY_SHA256 entry ${i + 1} is the digest of a placeholder key from the example ` +
+        `configuration; ${REPLACE_HINT}, and use its digest`)
     }
     return Buffer.from(hex, 'hex')
   })
@@ -141,7 +107,7 @@ function trustProxy (value: boolean | string): boolean | string {
 }
 
 /** The URL is checked here but never quoted: it may hold a password. */
-function redisConfig (env: Env): Config['redis'] {
+function redisConfig (env: Env): { url: string, timeoutMs: number } | undefined {
   if (env.REDIS_URL === undefined) return undefined
   let url: URL | undefined
   try {
@@ -153,10 +119,7 @@ function redisConfig (env: Env): Config['redis'] {
   return { url: env.REDIS_URL, timeoutMs: env.REDIS_TIMEOUT_MS }
 }
 
-/**
- * Each entry exactly as a browser sends it in Origin: scheme, host and port only,
- * lower case, no default port, no path; anything else would never match a request.
- */
+/** Each entry exactly as a browser sends Origin (lower case, no default port, no path): else it never matches. */
 function corsOrigins (value: string | undefined): string[] {
   if (value === undefined) return []
   return value.split(',').map(item => item.trim()).map((entry, i) => {
@@ -167,17 +130,19 @@ function corsOrigins (value: string | undefined): string[] {
     const origin = url !== undefined && ['http:', 'https:'].includes(url.protocol) ? url.origin : undefined
     if (origin !== entry) {
       const hint = origin === undefined ? '' : ` (did you mean ${origin}?)`
-      throw new ConfigError(`CORS_ORIGINS entry ${i + 1} ("${entry}") is not an origin${hint}; write each as http(s)://host[:port], comma-separated, without a path or trailing slash`)
+      throw new ConfigError(`CORS_ORIGINS entry ${i + 1} ("${entry}") is not an origin${hint}; write each as ` +
+        'http(s)://host[:port], comma-separated, without a path or trailing slash')
     }
     return origin
   })
 }
 
 /** Parses the environment once; a bad value throws a ConfigError naming the variable. */
-export function loadConfig (source: NodeJS.ProcessEnv = process.env): Config {
+export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
   // Empty variables count as unset (deployment tools write them), except key lists: an empty key is an error.
   const keyLists = new Set(['API_KEYS', 'API_KEY_SHA256'])
-  const data = Object.fromEntries(Object.entries(source).filter(([k, v]) => v !== undefined && (v !== '' || keyLists.has(k))))
+  const data = Object.fromEntries(Object.entries(source)
+    .filter(([k, v]) => v !== undefined && (v !== '' || keyLists.has(k))))
   let env: Env
   try {
     env = envSchema<Env>({ schema: EnvSchema, data, env: false })
@@ -196,7 +161,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): Config {
     }
   }
   if (env.DATABASE_DIRECT_URL !== undefined && env.DATABASE_URL === undefined) {
-    throw new ConfigError('DATABASE_DIRECT_URL is set without DATABASE_URL; set DATABASE_URL too (the pool always uses it)')
+    throw new ConfigError('DATABASE_DIRECT_URL is set without DATABASE_URL; set DATABASE_URL too (the pool uses it)')
   }
   return {
     production,

@@ -52,8 +52,9 @@ t.test('DB_STATEMENT_TIMEOUT_MS becomes the role\'s statement_timeout in this da
   const other = await db.createDatabase()
   const timeoutOf = async (target: string): Promise<string> =>
     await withClient(target, async client => (await client.query<{ setting: string }>("SELECT setting FROM pg_settings WHERE name = 'statement_timeout'")).rows[0]?.setting ?? '')
-  const sessions = async (): Promise<number> => await withClient(other, async client =>
-    (await client.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'petstore-migrations'")).rows[0]?.n ?? -1)
+  const sessions = async (): Promise<number> => await withClient(other, async client => (await client.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'petstore-migrations' AND datname = $1",
+    [new URL(url).pathname.slice(1)])).rows[0]?.n ?? -1)
 
   await runMigrations(url, quiet, { statementTimeoutMs: 1234 })
   t.equal(await timeoutOf(url), '1234', 'a new session of the role has it')

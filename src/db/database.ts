@@ -4,7 +4,7 @@ import { DatabaseServers, outcomeUnknown } from './servers.js'
 
 const INT8_OID = 20
 
-/** int8 (bigserial ids, counts) as BigInt: a JavaScript number would round ids above 2^53. */
+/** int8 as BigInt: a JavaScript number would round ids above 2^53. */
 const types = {
   getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
     oid === INT8_OID ? BigInt : pg.types.getTypeParser(oid, format ?? 'text')) as typeof pg.types.getTypeParser
@@ -18,27 +18,22 @@ export interface DatabaseOptions {
   /** Requests allowed to wait for a connection when every connection is busy; beyond that, 503 at once. */
   maxWaiting: number
   connectionTimeoutMs: number
-  /** The server's statement_timeout (db/migrate.ts sets it for the role); the client gives up one second after it. */
   statementTimeoutMs: number
   log: (fields: object, message: string) => void
 }
 
-/** Its caller hears of a lost connection through its failed query; the pool's 'error' event reports idle ones. */
 function ignoreLostConnection (): void {}
 
 /**
- * The one way to the database: every statement of the service goes through
- * here, so every failure is mapped once (db/errors.ts: "unavailable" becomes a
- * DatabaseUnavailableError, a 503), every connection is checked (db/servers.ts:
- * no standby, no server the address has left, no unconfirmed commit), and the
- * wait for a connection is bounded in time (connectionTimeoutMillis) and in
- * length (maxWaiting: pg.Pool queues without limit).
+ * The one way to the database: every failure is mapped once (db/errors.ts), every connection checked
+ * (db/servers.ts: no standby, no server the address has left, no unconfirmed commit), and the wait for a
+ * connection bounded in time and in length (pg.Pool queues without limit).
  */
 export class Database {
   readonly pool: pg.Pool
   readonly servers: DatabaseServers
   private readonly stale = new Error('a connection to a server the database address no longer leads to')
-  /** Unbounded waits (bounded: false) in pg-pool's queue now: they take no request's place. */
+  /** Unbounded waits in pg-pool's queue now: they take no request's place. */
   private unboundedWaiting = 0
 
   constructor (private readonly options: DatabaseOptions) {
@@ -48,23 +43,24 @@ export class Database {
       application_name: options.applicationName,
       max: options.max,
       connectionTimeoutMillis: options.connectionTimeoutMs,
-      // The server cancels a slow statement (statement_timeout); this bounds a wait the server cannot end (a lost network, a commit waiting for a standby).
+      // The server cancels a slow statement; this bounds what it cannot end (a lost network, a commit waiting for a
+      // standby).
       query_timeout: options.statementTimeoutMs + 1000,
       idleTimeoutMillis: 30000,
       types,
       onConnect: this.servers.register
     })
-    // Without these listeners a connection that dies (a database restart) crashes the process: idle ones here,
-    // and checked-out ones, which pg-pool leaves without a listener (the query in flight rejects on its own).
+    // Unheard, a dying connection crashes the process: idle ones report here, and pg-pool leaves checked-out ones
+    // without a listener (their query rejects on its own).
     this.pool.on('error', err => { options.log({ err }, 'idle database connection failed') })
     this.pool.on('connect', client => { client.on('error', ignoreLostConnection) })
   }
 
-  async query<R extends pg.QueryResultRow = pg.QueryResultRow> (text: string, values: unknown[] = [], options: { bounded?: boolean } = {}): Promise<pg.QueryResult<R>> {
+  async query<R extends pg.QueryResultRow = pg.QueryResultRow> (text: string, values: unknown[] = [],
+    options: { bounded?: boolean } = {}): Promise<pg.QueryResult<R>> {
     return await this.withClient(async client => await client.query<R>({ text, values }), options)
   }
 
-  /** `work` inside BEGIN and COMMIT on one connection; a failure rolls it back (the connection is closed). */
   async transaction<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     return await this.withClient(async client => {
       await client.query('BEGIN')
@@ -75,14 +71,17 @@ export class Database {
   }
 
   /**
-   * One connection for `work`. On any failure the connection is closed, not reused (its session may be in a
-   * transaction, mid-cursor, or lost). `bounded: false` lets a statement wait even when the queue is full
-   * (the change feed's probe must not be refused for the requests' overload, nor take a request's place).
+   * One connection for `work`; after any failure it is closed, not reused (it may be mid-transaction or lost).
+   * `bounded: false` may wait even when the queue is full: the change feed's probe must not be refused for the
+   * requests' overload, nor take a request's place.
    */
-  async withClient<T> (work: (client: pg.PoolClient) => Promise<T>, { bounded = true }: { bounded?: boolean } = {}): Promise<T> {
+  async withClient<T> (work: (client: pg.PoolClient) => Promise<T>, { bounded = true } = {}): Promise<T> {
     const { pool } = this
-    if (bounded && pool.idleCount === 0 && pool.totalCount >= this.options.max && pool.waitingCount - this.unboundedWaiting >= this.options.maxWaiting) {
-      throw new DatabaseUnavailableError(Object.assign(new Error('the connection pool queue is full'), { code: POOL_QUEUE_FULL }))
+    const full = pool.idleCount === 0 && pool.totalCount >= this.options.max &&
+      pool.waitingCount - this.unboundedWaiting >= this.options.maxWaiting
+    if (bounded && full) {
+      const queueFull = Object.assign(new Error('the connection pool queue is full'), { code: POOL_QUEUE_FULL })
+      throw new DatabaseUnavailableError(queueFull)
     }
     let client: pg.PoolClient
     try {
@@ -106,7 +105,7 @@ export class Database {
     await this.pool.end()
   }
 
-  /** A connection from the pool that leads where the address does now; those to an old server are closed on the way. */
+  /** A connection that leads where the address does now; those to an old server are closed on the way. */
   private async acquire (bounded: boolean): Promise<pg.PoolClient> {
     for (;;) {
       const queuedBefore = this.pool.waitingCount
@@ -126,7 +125,10 @@ export class Database {
   }
 
   private readonly openOne = async (): Promise<pg.Client> => {
-    const client = new pg.Client({ connectionString: this.options.connectionString, application_name: this.options.applicationName, connectionTimeoutMillis: this.options.connectionTimeoutMs })
+    const { connectionString, applicationName, connectionTimeoutMs } = this.options
+    const client = new pg.Client({
+      connectionString, application_name: applicationName, connectionTimeoutMillis: connectionTimeoutMs
+    })
     client.on('error', ignoreLostConnection)
     await client.connect()
     return client

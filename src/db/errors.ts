@@ -1,23 +1,10 @@
-/*
- * Which driver errors mean "the database cannot answer now". db/database.ts turns
- * them into a DatabaseUnavailableError (the HTTP error handler answers 503 with
- * Retry-After: the client may retry); anything else stays as thrown (a bug: 500).
- * Nothing here knows of HTTP.
- */
+// Driver errors, typed once (db/database.ts) for the HTTP layer: nothing here knows of HTTP.
 
-/** The pool's wait queue is full (DB_POOL_MAX_WAITING): overload is answered at once, not queued without bound. */
 export const POOL_QUEUE_FULL = 'EPOOLQUEUEFULL'
-/** The server reached is a standby in recovery (db/servers.ts). */
 export const DATABASE_IN_RECOVERY = 'EDBINRECOVERY'
-/** A commit the synchronous standby did not confirm: committed on the primary alone, its outcome unknown (db/servers.ts). */
 export const COMMIT_NOT_REPLICATED = 'ECOMMITNOTREPLICATED'
 
-/**
- * SQLSTATEs (a class by its first characters, or one code) that mean the
- * database cannot serve now, whatever the statement: it is unreachable,
- * restarting, failing over, read-only, out of resources, or a pooler lost a
- * session's state. A retry shortly after may succeed.
- */
+/** SQLSTATEs (a class, or one code) after which a retry shortly after may succeed, whatever the statement. */
 const UNAVAILABLE_SQLSTATES = [
   '08', // connection exception
   '25006', // read-only transaction: a standby in recovery, or default_transaction_read_only
@@ -37,14 +24,17 @@ const UNAVAILABLE_SQLSTATES = [
   '58', // system error: I/O
   '72000' // snapshot too old
 ]
-const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', POOL_QUEUE_FULL, DATABASE_IN_RECOVERY, COMMIT_NOT_REPLICATED])
+const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND',
+  'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', POOL_QUEUE_FULL, DATABASE_IN_RECOVERY, COMMIT_NOT_REPLICATED])
 const SQLSTATE = /^[0-9A-Z]{5}$/
-// pg's own messages for a pool that could not connect in time, a lost connection and its client-side query timeout.
-const UNAVAILABLE_MESSAGES = /timeout exceeded when trying to connect|Connection terminated|Query read timeout|Client has encountered a connection error|Connection ended|not queryable/i
+// pg's own messages for a pool that could not connect in time, a lost connection, its client-side query timeout.
+const UNAVAILABLE_MESSAGES = new RegExp(['timeout exceeded when trying to connect', 'Connection terminated',
+  'Query read timeout', 'Client has encountered a connection error', 'Connection ended', 'not queryable'
+].join('|'), 'i')
 
-/** The database cannot answer now (unreachable, restarting, read-only, overloaded...); a retry shortly after may succeed. */
+/** The database cannot answer now (unreachable, restarting, read-only, overloaded): the HTTP layer's 503. */
 export class DatabaseUnavailableError extends Error {
-  /** The SQLSTATE or error code that classified the failure, when it had one (else the driver's message told). */
+  /** The SQLSTATE or error code that classified the failure, if any. */
   readonly reason: string | undefined
 
   constructor (cause: unknown) {
@@ -66,10 +56,7 @@ export function isDatabaseUnavailable (err: unknown): boolean {
   return UNAVAILABLE_MESSAGES.test(err.message)
 }
 
-/**
- * A row the table's constraints refuse (SQLSTATE class 23): `conflict` for a unique or exclusion constraint
- * (another row holds the value), `invalid` for the others (check, not-null, foreign key).
- */
+/** A row the table's constraints refuse (class 23): `conflict` for unique or exclusion, else `invalid`. */
 export class ConstraintViolationError extends Error {
   readonly kind: 'conflict' | 'invalid'
 
@@ -80,7 +67,7 @@ export class ConstraintViolationError extends Error {
   }
 }
 
-/** The error a caller of db/database.ts sees: unavailable and constraint failures typed, the rest as they were. */
+/** Unavailable and constraint failures typed, the rest (bugs) as they were. */
 export function databaseError (err: unknown): unknown {
   if (err instanceof DatabaseUnavailableError || err instanceof ConstraintViolationError) return err
   const code = (err as { code?: unknown } | undefined)?.code

@@ -10,7 +10,7 @@ export const MIGRATIONS_TABLE = 'pgmigrations'
 interface Logger { info: (msg: string) => void, warn: (msg: string) => void, error: (msg: string) => void }
 
 export interface MigrationOptions {
-  /** Made the connecting role's statement_timeout in this database, so the server applies it through any pooler. */
+  /** Made the role's statement_timeout in this database: the server applies it through any pooler. */
   statementTimeoutMs?: number
 }
 
@@ -63,13 +63,14 @@ Promise<void> {
  * that role is an operator's too, and the timeout would cut their imports and maintenance.
  */
 async function setStatementTimeout (client: pg.Client, ms: number, logger: Logger): Promise<boolean> {
-  const { rows } = await client.query<{ role: string, database: string, superuser: boolean, current: string[] | null }>(`
+  type Role = { role: string, database: string, superuser: boolean, current: string[] | null }
+  const { rows } = await client.query<Role>(`
     SELECT quote_ident(current_user) AS role, quote_ident(current_database()) AS database,
       (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS superuser, (
         SELECT setconfig FROM pg_db_role_setting
         WHERE setrole = (SELECT oid FROM pg_roles WHERE rolname = current_user)
           AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())) AS current`)
-  const { role, database, superuser, current } = rows[0] as { role: string, database: string, superuser: boolean, current: string[] | null }
+  const { role, database, superuser, current } = rows[0] as Role
   if (current?.includes(`statement_timeout=${ms}ms`) === true) return false
   const statement = `ALTER ROLE ${role} IN DATABASE ${database} SET statement_timeout = '${ms}ms'`
   if (superuser) {
@@ -91,8 +92,7 @@ async function setStatementTimeout (client: pg.Client, ms: number, logger: Logge
 }
 
 /** Warns when the pool's sessions do not run with the statement timeout (a pooler connecting as another role). */
-export async function checkStatementTimeout (db: Database, ms: number, log: { warn: (fields: object, message: string) => void }):
-Promise<void> {
+export async function checkStatementTimeout (db: Database, ms: number, log: Pick<Console, 'warn'>): Promise<void> {
   const found = await db.query<{ setting: string, role: string }>(
     "SELECT setting, current_user AS role FROM pg_settings WHERE name = 'statement_timeout'")
     .then(({ rows }) => rows[0], () => undefined)

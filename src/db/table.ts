@@ -9,7 +9,9 @@ export interface Row { id: bigint }
 export const LIST_CHUNK_ROWS = 1000
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
-const SQL_TYPES: Record<string, string> = { string: 'text', integer: 'bigint', number: 'double precision', boolean: 'boolean' }
+const SQL_TYPES: Record<string, string> = {
+  string: 'text', integer: 'bigint', number: 'double precision', boolean: 'boolean'
+}
 
 /** Each member of a create body's schema as a column and its SQL type: a member cannot be left out. */
 export function columnsOf (schema: TObject): Record<string, string> {
@@ -58,9 +60,14 @@ export class Table<New extends object, T extends Row> {
   /** Every input in one statement, committed together; row i belongs to input i. */
   async insertBatch (inputs: New[]): Promise<T[]> {
     const values = inputs.map(input => this.values(input))
-    const { rows } = await this.db.query<{ id: bigint }>(this.insertMany, this.columns.map((_, c) => values.map(v => v[c])))
-    if (rows.length !== inputs.length) throw new Error(`batch insert returned ${rows.length} ids for ${inputs.length} rows`)
-    return values.map((row, i) => toRow<T>({ id: rows[i]?.id, ...Object.fromEntries(this.columns.map((c, j) => [c, row[j]])) }))
+    const arrays = this.columns.map((_, c) => values.map(v => v[c]))
+    const { rows } = await this.db.query<{ id: bigint }>(this.insertMany, arrays)
+    if (rows.length !== inputs.length) throw new Error(`batch insert: ${rows.length} ids for ${inputs.length} rows`)
+    return values.map((row, i) => toRow<T>({ id: rows[i]?.id, ...this.record(row) }))
+  }
+
+  private record (values: unknown[]): Record<string, unknown> {
+    return Object.fromEntries(this.columns.map((column, i) => [column, values[i]]))
   }
 
   /** One row inside the caller's transaction (e.g. with its idempotency record). */
