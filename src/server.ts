@@ -26,6 +26,9 @@ interface Started {
 
 async function start (config: Config, started: Started): Promise<void> {
   const { undo } = started
+  if (process.versions.node.startsWith('20.')) {
+    console.warn(`petstore: Node.js ${process.versions.node} is past its end of life; run the service on Node.js 22 or 24`)
+  }
   const debug = config.logLevel === 'debug' || config.logLevel === 'trace'
   const dataDir = path.resolve(config.dataDir)
   // The embedded database belongs to one process at a time: a second start is refused before it touches anything.
