@@ -82,7 +82,9 @@ fi
 step "PostgreSQL ($pg_image) on a private network"
 "$engine" network create "$network" >/dev/null
 "$engine" run -d --name "$db" --network "$network" --network-alias db \
-  -e POSTGRES_USER=petstore -e POSTGRES_PASSWORD="$pg_password" -e POSTGRES_DB=petstore "$pg_image" >/dev/null
+  -e POSTGRES_USER=postgres -e POSTGRES_PASSWORD="$(random_hex 16)" -e POSTGRES_DB=petstore \
+  -e PETSTORE_DB_USER=petstore -e PETSTORE_DB_PASSWORD="$pg_password" \
+  -v "$PWD/deploy/compose/service-role.sh:/docker-entrypoint-initdb.d/service-role.sh:ro" "$pg_image" >/dev/null
 t0=$(date +%s%N)
 # -h 127.0.0.1: the entrypoint's init-time server listens on the socket only.
 for _ in $(seq 1 120); do "$engine" exec "$db" pg_isready -q -h 127.0.0.1 -U petstore >/dev/null 2>&1 && break; sleep 0.5; done

@@ -88,7 +88,9 @@ pass "Deployment: env $(json "$work/api.json" 'j.env.join(",")'); grace ${grace}
 step "PostgreSQL ($pg_image) on a private network"
 "$engine" network create "$network" >/dev/null
 "$engine" run -d --name "$db" --network "$network" --network-alias db \
-  -e POSTGRES_USER=petstore -e POSTGRES_PASSWORD="$pg_password" -e POSTGRES_DB=petstore "$pg_image" >/dev/null
+  -e POSTGRES_USER=postgres -e POSTGRES_PASSWORD="$(random_hex 16)" -e POSTGRES_DB=petstore \
+  -e PETSTORE_DB_USER=petstore -e PETSTORE_DB_PASSWORD="$pg_password" \
+  -v "$PWD/deploy/compose/service-role.sh:/docker-entrypoint-initdb.d/service-role.sh:ro" "$pg_image" >/dev/null
 for _ in $(seq 1 120); do "$engine" exec "$db" pg_isready -q -h 127.0.0.1 -U petstore >/dev/null 2>&1 && break; sleep 0.5; done
 "$engine" exec "$db" pg_isready -q -h 127.0.0.1 -U petstore || { "$engine" logs "$db" 2>&1 | tail -20; die "PostgreSQL not ready"; }
 pass "PostgreSQL ready"
