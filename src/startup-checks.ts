@@ -2,35 +2,34 @@ import { createServer } from 'node:net'
 import pg from 'pg'
 import { StartupError } from './startup-error.js'
 
-/*
- * What a start checks before its slow steps, and how each failure becomes one line
- * naming the setting to change. Details (driver and system errors) stay in the cause.
- */
+// Each failure is one line naming the setting to change; the driver's or system's error stays in the cause.
 
-/** How long a start waits for DATABASE_URL's server to answer before it gives up. */
-export const START_DATABASE_TIMEOUT_MS = 10000
+const START_DATABASE_TIMEOUT_MS = 10000
 
 type PortSetting = 'PORT' | 'METRICS_PORT'
 const HOST_SETTING: Record<PortSetting, string> = { PORT: 'HOST', METRICS_PORT: 'METRICS_HOST' }
 
-/** A listen() failure on `setting`'s port, as one line. */
 export function describeListenError (err: unknown, setting: PortSetting, host: string, port: number): StartupError {
-  const code = (err as NodeJS.ErrnoException).code
+  const code = (err as NodeJS.ErrnoException).code ?? ''
   const hostSetting = HOST_SETTING[setting]
   const off = setting === 'METRICS_PORT' ? ', or 0 to turn metrics off' : ''
-  const line = code === 'EADDRINUSE'
-    ? `${setting} ${port} is already in use on ${host} (another process listens there); set ${setting} to a free port${off}`
-    : code === 'EACCES'
-      ? `${setting} ${port} on ${host} needs privileges this user lacks; set ${setting} to a port above 1023${off}`
-      : code === 'EADDRNOTAVAIL'
-        ? `${hostSetting} ${host} is not an address of this machine; set ${hostSetting} to one of its addresses (127.0.0.1, 0.0.0.0, ...)`
-        : code === 'ENOTFOUND' || code === 'EAI_AGAIN'
-          ? `${hostSetting} ${host} cannot be resolved to an address; set ${hostSetting} to an address of this machine`
-          : `cannot listen on ${host}:${port} (${setting}, ${hostSetting}): ${(err as Error).message}`
-  return new StartupError(line, { cause: err })
+  const unresolved = `${hostSetting} ${host} cannot be resolved to an address; ` +
+    `set ${hostSetting} to an address of this machine`
+  const byCode: Record<string, string> = {
+    EADDRINUSE: `${setting} ${port} is already in use on ${host} (another process listens there); ` +
+      `set ${setting} to a free port${off}`,
+    EACCES: `${setting} ${port} on ${host} needs privileges this user lacks; ` +
+      `set ${setting} to a port above 1023${off}`,
+    EADDRNOTAVAIL: `${hostSetting} ${host} is not an address of this machine; ` +
+      `set ${hostSetting} to one of its addresses (127.0.0.1, 0.0.0.0, ...)`,
+    ENOTFOUND: unresolved,
+    EAI_AGAIN: unresolved
+  }
+  const other = `cannot listen on ${host}:${port} (${setting}, ${hostSetting}): ${(err as Error).message}`
+  return new StartupError(byCode[code] ?? other, { cause: err })
 }
 
-/** Fails fast, before any slow step, when `port` cannot be listened on (port 0 picks a free one: nothing to check). */
+/** Fails before any slow step (port 0 picks a free one: nothing to check). */
 export async function checkPortFree (setting: PortSetting, host: string, port: number): Promise<void> {
   if (port === 0) return
   const server = createServer()
@@ -43,19 +42,19 @@ export async function checkPortFree (setting: PortSetting, host: string, port: n
 
 interface Target { where: string, user: string, database: string }
 
-/** Host, port, user and database of a URL, never its password. */
+/** Never the password. */
 function target (url: string): Target {
   try {
     const u = new URL(url)
     const host = u.searchParams.get('host') ?? (u.hostname === '' ? 'localhost' : u.hostname)
-    return { where: `${host}:${u.port === '' ? '5432' : u.port}`, user: decodeURIComponent(u.username), database: decodeURIComponent(u.pathname.slice(1)) }
+    const where = `${host}:${u.port === '' ? '5432' : u.port}`
+    return { where, user: decodeURIComponent(u.username), database: decodeURIComponent(u.pathname.slice(1)) }
   } catch {
     return { where: 'its server', user: '', database: '' }
   }
 }
 
-/** A failure to connect to (or be accepted by) DATABASE_URL's server, as one line. */
-export function describeDatabaseError (err: unknown, url: string, timedOutAfterMs?: number): StartupError {
+function describeDatabaseError (err: unknown, url: string, timedOutAfterMs?: number): StartupError {
   const { where, user, database } = target(url)
   const e = err as NodeJS.ErrnoException & { code?: string }
   const byCode: Record<string, string> = {
@@ -80,10 +79,10 @@ export function describeDatabaseError (err: unknown, url: string, timedOutAfterM
   return new StartupError(`DATABASE_URL: ${line}`, { cause: err })
 }
 
-/** SQLSTATEs a server answers a connection with (the others come from statements). */
+// The SQLSTATEs a server answers a connection with; the others come from statements.
 const CONNECTION_CODES = new Set(['28P01', '28000', '3D000', '57P03', '53300'])
 
-/** Connects once to DATABASE_URL's server, within `timeoutMs`, to say exactly what is wrong before anything else. */
+/** Connects once, to say exactly what is wrong before anything else. */
 export async function checkDatabase (url: string, timeoutMs = START_DATABASE_TIMEOUT_MS): Promise<void> {
   // pg gives up after connectionTimeoutMillis (any stage: TCP, TLS, authentication) by closing the socket.
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: timeoutMs })
@@ -98,23 +97,22 @@ export async function checkDatabase (url: string, timeoutMs = START_DATABASE_TIM
   await client.end().catch(() => {})
 }
 
-/**
- * A failure while building the app: the migrations are its only step that can fail
- * on a reachable database (a connection failure there reads as above).
- * node-pg-migrate sometimes wraps the driver's error into a message that carries its
- * stack: only the first line is the reason.
- */
+// The migrations are the only step of building the app that can fail on a reachable database.
 export function describeBuildError (err: unknown, url: string): StartupError {
   if (err instanceof StartupError) return err
   const e = err as { code?: string, message?: string }
-  if (e.code !== undefined && (CONNECTION_CODES.has(e.code) || /^E[A-Z]+$/.test(e.code))) return describeDatabaseError(err, url)
+  if (e.code !== undefined && (CONNECTION_CODES.has(e.code) || /^E[A-Z]+$/.test(e.code))) {
+    return describeDatabaseError(err, url)
+  }
+  // node-pg-migrate sometimes wraps the driver's error into a message that carries its stack.
   const reason = (e.message ?? String(err)).split('\n')[0]?.trim() ?? ''
   const sqlState = e.code !== undefined && /^[0-9A-Z]{5}$/.test(e.code) ? ` (SQLSTATE ${e.code})` : ''
   if (sqlState !== '' || /migration/i.test(reason)) {
     const hint = e.code === '42501' || /permission denied/.test(reason)
       ? `the URL's user "${target(url).user}" needs the right to create tables in that database`
       : "is this the petstore's database, and this version's migrations?"
-    return new StartupError(`DATABASE_URL: applying the migrations failed: ${reason}${sqlState}; ${hint}`, { cause: err })
+    return new StartupError(`DATABASE_URL: applying the migrations failed: ${reason}${sqlState}; ${hint}`,
+      { cause: err })
   }
   return new StartupError(`the start failed unexpectedly while building the service: ${reason}`, { cause: err })
 }

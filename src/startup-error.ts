@@ -1,10 +1,6 @@
 import { inspect } from 'node:util'
 
-/**
- * A start that cannot succeed. The message is the one line an operator reads: what
- * went wrong and which setting to change. The cause carries the details, shown
- * only at LOG_LEVEL=debug or trace.
- */
+/** A start that cannot succeed: the message is the one line an operator reads, naming the setting to change. */
 export class StartupError extends Error {
   constructor (message: string, options?: { cause?: unknown }) {
     super(message, options)
@@ -12,12 +8,14 @@ export class StartupError extends Error {
   }
 }
 
-/** Writes a failed start to stderr: one line, then (at debug level) the details. */
-export function reportStartupFailure (err: unknown, logLevel: string | undefined, write: (text: string) => void = text => { process.stderr.write(text) }): void {
+/** One line to stderr; the details (the cause) only at LOG_LEVEL=debug or trace. */
+export function reportStartupFailure (err: unknown, logLevel: string | undefined,
+  write: (text: string) => void = text => { process.stderr.write(text) }): void {
   const debug = logLevel === 'debug' || logLevel === 'trace'
   const known = err instanceof StartupError
-  const line = known ? err.message : `the start failed unexpectedly: ${err instanceof Error ? err.message : String(err)}`
+  const reason = err instanceof Error ? err.message : String(err)
+  const line = (known ? reason : `the start failed unexpectedly: ${reason}`).replace(/\s*\n\s*/g, ' ')
   const hasDetails = !known || err.cause !== undefined
-  write(`petstore: ${line.replace(/\s*\n\s*/g, ' ')}${hasDetails && !debug ? ' (LOG_LEVEL=debug shows the details)' : ''}\n`)
+  write(`petstore: ${line}${hasDetails && !debug ? ' (LOG_LEVEL=debug shows the details)' : ''}\n`)
   if (debug && hasDetails) write(`${inspect(known ? err.cause : err, { depth: 6 })}\n`)
 }

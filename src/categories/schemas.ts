@@ -6,7 +6,8 @@ const Name = Type.String({
   minLength: 1,
   maxLength: 255,
   pattern: NAME_PATTERN,
-  description: `Display name: 1 to 255 Unicode code points, at least one non-whitespace character, no control characters (C0, DEL, C1; a trailing line feed included). ${NO_LONE_SURROGATES} Stored exactly as sent.`,
+  description: 'Display name: 1 to 255 Unicode code points, at least one non-whitespace character, no control ' +
+    `characters (C0, DEL, C1; a trailing line feed included). ${NO_LONE_SURROGATES} Stored exactly as sent.`,
   examples: ['Dogs']
 })
 
@@ -14,7 +15,8 @@ const Description = Type.String({
   // No minLength 0: it says nothing, and Portman's length fuzzing would send a valid empty description expecting 400.
   maxLength: 2000,
   pattern: DESCRIPTION_PATTERN,
-  description: `Free text: 0 to 2000 Unicode code points; tab, line feed and carriage return are the only control characters allowed. ${NO_LONE_SURROGATES} Stored exactly as sent.`,
+  description: 'Free text: 0 to 2000 Unicode code points; tab, line feed and carriage return are the only control ' +
+    `characters allowed. ${NO_LONE_SURROGATES} Stored exactly as sent.`,
   examples: ['Loyal companions']
 })
 

@@ -5,7 +5,7 @@ import path from 'node:path'
 import { StartupError } from '../startup-error.js'
 
 /** DATA_DIR/petstore.lock: the one process that owns the data directory's embedded PostgreSQL. */
-export interface LockOwner {
+interface LockOwner {
   pid: number
   /** Linux: clock ticks since boot (/proc/<pid>/stat), so that a reused pid is not taken for the owner. */
   startTime?: string
@@ -20,7 +20,6 @@ export interface DataDirLock {
   release: () => Promise<void>
 }
 
-/** A secret for development, generated once and kept owner-only in `file`. */
 export async function readOrCreateSecret (file: string, prefix = ''): Promise<{ value: string, created: boolean }> {
   if (existsSync(file)) return { value: (await readFile(file, 'utf8')).trim(), created: false }
   await mkdir(path.dirname(file), { recursive: true })
@@ -61,7 +60,6 @@ function parseOwner (text: string): LockOwner | undefined {
   }
 }
 
-/** Takes the data directory's lock, or refuses in one line naming the live owner. */
 export async function lockDataDir (dir: string, address?: string): Promise<DataDirLock> {
   const file = path.join(dir, 'petstore.lock')
   const hint = 'set DATA_DIR to a directory this user can write'

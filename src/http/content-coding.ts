@@ -4,9 +4,8 @@ import type { ListEncoding } from '../machinery/list-compression.js'
 const QVALUE = /^\s*q\s*=\s*(0(\.[0-9]{0,3})?|1(\.0{0,3})?)\s*$/i
 
 /**
- * The coding to send for an Accept-Encoding header (RFC 9110 12.5.3), or undefined for identity: the highest
- * q-value wins, `*` stands for every coding not named, q=0 refuses; identity is sent when no coding is
- * acceptable, or when named with a higher q-value than any. Ties go to Brotli, then gzip, then identity. A member with a malformed q-value is ignored.
+ * The coding to send for an Accept-Encoding header (RFC 9110 12.5.3), or undefined for identity. Ties go to
+ * Brotli, then gzip, then identity; a member with a malformed q-value is ignored.
  */
 export function negotiateEncoding (header: string | undefined): ListEncoding | undefined {
   if (header === undefined) return undefined
@@ -27,7 +26,7 @@ export function negotiateEncoding (header: string | undefined): ListEncoding | u
   }
   const star = named.get('*')
   const quality = (coding: string): number => named.get(coding) ?? star ?? 0
-  // Identity not named is acceptable but the least preferred (as jshttp/negotiator ranks it): any coding asked for wins.
+  // Identity not named is acceptable but least preferred (as jshttp/negotiator ranks it): any coding asked for wins.
   const identity = named.get('identity') ?? 0
   let best: ListEncoding | undefined
   for (const coding of ['br', 'gzip'] as const) {
@@ -36,7 +35,7 @@ export function negotiateEncoding (header: string | undefined): ListEncoding | u
   return best !== undefined && quality(best) >= identity ? best : undefined
 }
 
-/** Adds a field to Vary, keeping what other parts of the app (CORS: Origin) put there. */
+/** Keeps what other parts of the app (CORS: Origin) put in Vary. */
 export function addVary (reply: FastifyReply, field: string): void {
   const current = reply.getHeader('vary')
   const value = Array.isArray(current) ? current.join(', ') : current === undefined ? '' : String(current)

@@ -3,13 +3,11 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { ConstraintViolationError, DatabaseUnavailableError } from '../db/errors.js'
 import { IdempotencyKeyInUseError, IdempotencyKeyReusedError } from '../machinery/idempotency.js'
 import { patternRules } from '../shared/text-rules.js'
-import { ApiError, CONFLICT, errorForStatus, malformedJson, notFound, serviceUnavailable, validationFailed } from './errors.js'
+import {
+  ApiError, CONFLICT, errorForStatus, malformedJson, notFound, serviceUnavailable, validationFailed
+} from './errors.js'
 
-/*
- * One place turns every failure into the contract's Error body: our own
- * ApiErrors, schema validation, the framework's and plugins' errors and bugs
- * (what Node's HTTP layer refuses before a request exists: protocol.ts).
- */
+// Every failure after a request exists becomes the Error body here; what Node refuses before that, in protocol.ts.
 
 interface AjvError { keyword: string, instancePath: string, params: Record<string, unknown>, message?: string }
 
@@ -37,8 +35,7 @@ function describeValidation (error: AjvError, context: string): string {
   }
 }
 
-/** Maps any thrown value to the ApiError the client sees. */
-export function toApiError (err: unknown): ApiError {
+function toApiError (err: unknown): ApiError {
   if (err instanceof ApiError) return err
   if (err instanceof DatabaseUnavailableError) return serviceUnavailable(err.message)
   if (err instanceof ConstraintViolationError) {
@@ -46,7 +43,9 @@ export function toApiError (err: unknown): ApiError {
       ? new ApiError(409, CONFLICT, 'a stored row already holds a value of this request that must be unique')
       : validationFailed('the request breaks a rule of the stored data')
   }
-  if (err instanceof IdempotencyKeyInUseError) return new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', err.message, { 'retry-after': String(err.retryAfterSeconds) })
+  if (err instanceof IdempotencyKeyInUseError) {
+    return new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', err.message, { 'retry-after': String(err.retryAfterSeconds) })
+  }
   if (err instanceof IdempotencyKeyReusedError) return new ApiError(422, 'IDEMPOTENCY_KEY_REUSED', err.message)
   const error = err as FastifyError & { validation?: AjvError[], validationContext?: string }
   if (Array.isArray(error.validation) && error.validation[0] !== undefined) {
@@ -71,7 +70,7 @@ export function toApiError (err: unknown): ApiError {
   return errorForStatus(500, 'internal error')
 }
 
-export function sendError (reply: FastifyReply, error: ApiError): FastifyReply {
+function sendError (reply: FastifyReply, error: ApiError): FastifyReply {
   return reply.code(error.status).headers(error.headers).send(error.toBody())
 }
 
@@ -91,7 +90,7 @@ export function registerErrorHandling (app: FastifyInstance): void {
     sendError(reply, notFound(`no route for ${request.method} ${request.url.split('?')[0] ?? ''}`)))
 }
 
-/** Fastify answers a URL it cannot decode (or an over-long path parameter) before routing, outside the error handler. */
+// A URL Fastify cannot decode (or an over-long path parameter) is refused before routing, outside the error handler.
 export function frameworkErrors (error: FastifyError, _request: FastifyRequest, reply: FastifyReply): FastifyReply {
   return sendError(reply, toApiError(error))
 }

@@ -6,10 +6,8 @@ import { errorResponses, serviceUnavailable } from './errors.js'
 
 const Status = Type.Object({ status: Type.Literal('ok') })
 
-/**
- * Liveness: the process answers. Readiness: the database answers, takes writes and has every migration
- * applied, and the instance is not shutting down (a balancer then stops sending it traffic while it drains).
- */
+// Ready: not shutting down (a balancer stops sending traffic while it drains), the database takes writes and has
+// every migration applied.
 async function health (app: FastifyInstance): Promise<void> {
   const migrations = await migrationNames()
   const schema = { hide: true, response: { 200: Status, ...errorResponses([503]) } }
@@ -17,10 +15,13 @@ async function health (app: FastifyInstance): Promise<void> {
   app.get('/health/ready', { schema, logLevel: 'warn' }, async () => {
     if (app.lifecycle.shuttingDown) throw serviceUnavailable('shutting down')
     const { rows } = await app.db.query<{ applied: number, writable: boolean }>(
-      `SELECT count(name)::int AS applied, NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off' AS writable
+      `SELECT count(name)::int AS applied,
+         NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off' AS writable
        FROM ${MIGRATIONS_TABLE} WHERE name = ANY($1)`, [migrations])
     // A standby (in recovery) or a read-only database answers reads and this query, but refuses every create.
-    if (rows[0]?.writable !== true) throw serviceUnavailable('the database cannot take writes (read-only, or a standby in recovery)')
+    if (rows[0]?.writable !== true) {
+      throw serviceUnavailable('the database cannot take writes (read-only, or a standby in recovery)')
+    }
     if (rows[0].applied !== migrations.length) throw serviceUnavailable('database migrations are not applied')
     return { status: 'ok' as const }
   })

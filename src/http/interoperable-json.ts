@@ -1,30 +1,22 @@
-/**
- * Request bodies must read the same in every JSON parser (RFC 7493, I-JSON, where
- * it matters): JSON.parse silently keeps the last of two equal member names, turns
- * 1e400 into Infinity and 2^53+1 into 2^53, and accepts nesting that other
- * parsers refuse. A proxy, a WAF or an audit log in front of us could then see
- * another value than the one we store. docs/hardening.md has each decision.
- */
+// A body must read the same in every JSON parser (RFC 7493, I-JSON), or a proxy, WAF or audit log in front of us
+// may see another value than the one we store: JSON.parse keeps the last of two equal names, turns 1e400 into
+// Infinity and 2^53+1 into 2^53. docs/hardening.md has each decision.
 
-/** Deeper nesting is refused: far below the limits of common parsers (Ruby's 100, Python's recursion limit). */
-export const MAX_JSON_DEPTH = 32
+// Far below the limits of common parsers (Ruby's 100, Python's recursion limit).
+const MAX_JSON_DEPTH = 32
 
 interface Frame {
-  /** Member names seen so far (objects only; created at the first name). */
-  names: Set<string> | undefined
+  names: Set<string> | undefined // created at the first member name
   isObject: boolean
-  /** Objects: the next string is a member name. */
-  expectName: boolean
-  /** Where the current value sits: its member name (objects) or index (arrays). */
-  at: string | number
+  expectName: boolean // the next string is a member name
+  at: string | number // the current value's member name or index
 }
 
 const QUOTE = 34
 const BACKSLASH = 92
-/** Up to 15 digits, no exponent: always an exactly held safe integer or a plain decimal. */
+// Up to 15 digits, no exponent: always an exactly held safe integer or a plain decimal.
 const SHORT_NUMBER = 15
 
-/** Index of the quote that closes the string whose content starts at `from`. */
 function stringEnd (text: string, from: number): number {
   let quote = text.indexOf('"', from)
   for (;;) {
@@ -35,11 +27,8 @@ function stringEnd (text: string, from: number): number {
   }
 }
 
-/**
- * Beyond ±(2^53-1) a double holds integers only, and not all of them (I-JSON,
- * RFC 7493 section 2.2); a non-zero literal that reads as 0 has underflowed.
- * Fractions within range round as in every double-based parser.
- */
+// Beyond ±(2^53-1) a double holds only some integers (RFC 7493 2.2); a non-zero literal read as 0 underflowed.
+// Fractions within range round as in every double-based parser.
 function beyondDouble (token: string): boolean {
   const value = Number(token)
   if (value === 0) return /[1-9]/.test(token.split(/[eE]/)[0] ?? '')
@@ -54,10 +43,7 @@ function describe (frames: Frame[], last?: string): string {
   return path.length > 120 ? `${path.slice(0, 120)}…` : path
 }
 
-/**
- * The first rule a body breaks, as a 400 message, or undefined. `text` must
- * already be valid JSON (JSON.parse accepted it): the scan trusts its syntax.
- */
+/** The first rule a body breaks, as a 400 message. `text` must be valid JSON: the scan trusts its syntax. */
 export function interoperabilityProblem (text: string): string | undefined {
   const frames: Frame[] = []
   let top: Frame | undefined
@@ -69,9 +55,11 @@ export function interoperabilityProblem (text: string): string | undefined {
       if (top?.expectName === true) {
         let name = text.slice(i + 1, end)
         if (name.includes('\\')) {
-          // Names are compared as decoded: "n\u0061me" is "name". Only an escape can make a lone surrogate (the bytes are valid UTF-8).
+          // Names compare as decoded ("n\u0061me" is "name"); only an escape can make a lone surrogate.
           name = JSON.parse(text.slice(i, end + 1)) as string
-          if (!name.isWellFormed()) return `request body has a member name with a lone surrogate: '${describe(frames, name)}'`
+          if (!name.isWellFormed()) {
+            return `request body has a member name with a lone surrogate: '${describe(frames, name)}'`
+          }
         }
         if (top.names === undefined) {
           top.names = new Set()

@@ -5,23 +5,20 @@ import fp from 'fastify-plugin'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** What the instance knows of its own shutdown; server.ts flips it on SIGTERM. */
+    /** server.ts flips it on SIGTERM. */
     lifecycle: { shuttingDown: boolean }
   }
 }
 
-/** A request id from the balancer is kept when it is sane (it goes into logs and a header); otherwise we make one. */
+// A balancer's request id is kept when it is sane: it goes into logs and a header.
 const REQUEST_ID = /^[\x21-\x7e]{1,128}$/
 export function requestId (req: IncomingMessage): string {
   const header = req.headers['x-request-id']
   return typeof header === 'string' && REQUEST_ID.test(header) ? header : randomUUID()
 }
 
-/**
- * Every response carries X-Request-Id, and from the moment shutdown begins Connection: close (decided at send
- * time, so a request in flight gets it too): keep-alive clients move to another instance, and no idle
- * connection holds the process open.
- */
+// Connection: close from the moment shutdown begins (decided at send time, so a request in flight gets it too):
+// keep-alive clients move to another instance, and no idle connection holds the process open.
 async function lifecycle (app: FastifyInstance): Promise<void> {
   const state = { shuttingDown: false }
   app.decorate('lifecycle', state)

@@ -2,14 +2,10 @@ import { METHODS } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 import { ApiError } from './errors.js'
 
-/** What a route may answer (OPTIONS is only @fastify/cors's catch-all; CONNECT never reaches the router), HEAD last. */
+// OPTIONS is only @fastify/cors's catch-all; CONNECT never reaches the router. HEAD last.
 const CANDIDATES = [...METHODS.filter(m => m !== 'OPTIONS' && m !== 'CONNECT' && m !== 'HEAD'), 'HEAD']
 
-/**
- * A known path with another method is 405 with Allow (not 404): a request that found no route
- * (or only the CORS catch-all) asks the router which methods the path has, in onRequest, after
- * auth and before its body is read.
- */
+/** A known path with another method is 405 with Allow, not 404: in onRequest, after auth, before the body. */
 export function registerMethodNotAllowed (app: FastifyInstance): void {
   app.addHook('onRequest', function methodNotAllowed (request, _reply, done) {
     if (!request.is404 && request.routeOptions.url !== '*') {

@@ -12,14 +12,9 @@ declare module 'fastify' {
   }
 }
 
-/** Requests slower than this are logged at info even when they succeed. */
 const SLOW_REQUEST_MS = 1000
 
-/**
- * Prometheus metrics (served on METRICS_PORT, never the public port): request durations by route pattern (never
- * the raw URL) and status, and the process's defaults. One log line per request: failures and slow requests
- * at info, the rest at debug (the balancer and the metrics see every request).
- */
+// Labelled by route pattern, never the raw URL. Successful fast requests log at debug: the metrics see them all.
 async function metrics (app: FastifyInstance): Promise<void> {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
@@ -44,14 +39,14 @@ async function metrics (app: FastifyInstance): Promise<void> {
 export default fp(metrics, { name: 'metrics' })
 
 export function registerPoolMetrics (registry: Registry, pool: pg.Pool): void {
-  const poolGauge = (name: string, help: string, read: () => number): Gauge => new Gauge({
-    name, help, registers: [registry], collect () { this.set(read()) }
-  })
+  const registers = [registry]
+  const poolGauge = (name: string, help: string, read: () => number): Gauge =>
+    new Gauge({ name, help, registers, collect () { this.set(read()) } })
   poolGauge('db_pool_connections_total', 'Connections the pool holds', () => pool.totalCount)
   poolGauge('db_pool_connections_idle', 'Idle connections in the pool', () => pool.idleCount)
   poolGauge('db_pool_requests_waiting', 'Queries waiting for a connection', () => pool.waitingCount)
-  const poolErrors = new Counter({ name: 'db_pool_errors_total', help: 'Errors on idle pool connections', registers: [registry] })
-  pool.on('error', () => { poolErrors.inc() })
+  const errors = new Counter({ name: 'db_pool_errors_total', help: 'Errors on idle pool connections', registers })
+  pool.on('error', () => { errors.inc() })
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8'
@@ -67,7 +62,7 @@ function send (res: ServerResponse, status: number, type: string, body: string, 
   res.writeHead(status, { ...headers, 'content-type': type, 'content-length': Buffer.byteLength(body) }).end(body)
 }
 
-/** GET /metrics on its own listener, every other answer in the Error shape as on the app's (protocol.ts). */
+/** GET /metrics on its own listener (never the public port), every other answer in the Error shape. */
 export async function startMetricsServer (registry: Registry, options: { port: number, host: string }):
 Promise<Server | undefined> {
   if (options.port === 0) return undefined

@@ -6,11 +6,8 @@ import fp from 'fastify-plugin'
 import { ApiError, errorForStatus, validationFailed } from './errors.js'
 import { requestId } from './lifecycle.js'
 
-/*
- * What HTTP/1.1 itself asks of a server, answered in the Error shape (docs/api.md, "HTTP itself").
- * A request Node can parse goes through Fastify, hooks and all; what it cannot parse, and CONNECT,
- * get a complete response written to the socket.
- */
+// HTTP/1.1's own rules, answered in the Error shape (docs/api.md, "HTTP itself"). What Node cannot parse,
+// and CONNECT, never reach Fastify: they get a complete response written to the socket.
 
 const CLOSE = { connection: 'close' }
 const VERSIONS = 'only HTTP/1.0 and HTTP/1.1 are supported'
@@ -22,10 +19,8 @@ const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[\w\-.~!$&'()*+,;=%]+)(?::\d*)?$/
 const ABSOLUTE_FORM = /^https?:\/\/[^/?#]*/i
 const UNRESERVED = /%(?:[46][1-9A-Fa-f]|[57][0-9Aa]|3[0-9]|2[DEde]|5[Ff]|7[Ee])/g
 
-/**
- * Fastify's rewriteUrl: an absolute-form target becomes its path, and percent-encoded letters, digits and
- * `-._~` are decoded (RFC 3986 6.2.2.2), as the router decodes them: checks on the path see what routing sees.
- */
+// Fastify's rewriteUrl: absolute-form becomes its path, and unreserved characters are decoded
+// (RFC 3986 6.2.2.2) as the router decodes them, so that checks on the path see what routing sees.
 export function originForm (req: IncomingMessage): string {
   let target = req.url ?? ''
   const absolute = target.startsWith('/') ? null : ABSOLUTE_FORM.exec(target)
@@ -39,7 +34,6 @@ export function originForm (req: IncomingMessage): string {
 const badFraming = (message: string): ApiError => new ApiError(400, 'VALIDATION_FAILED', message, CLOSE)
 const unsupportedVersion = (): ApiError => errorForStatus(505, VERSIONS, CLOSE)
 
-/** What a request Node has parsed breaks of HTTP/1.1's own rules, if anything. */
 export function protocolError (req: IncomingMessage): ApiError | undefined {
   if (req.httpVersionMajor !== 1) return unsupportedVersion()
   const { host, expect, 'transfer-encoding': transferEncoding } = req.headers
@@ -64,7 +58,6 @@ export function protocolError (req: IncomingMessage): ApiError | undefined {
   return undefined
 }
 
-/** A complete response written straight to the socket, for when Node has no response object to give. */
 function writeRawError (socket: Socket, error: ApiError, id: string = randomUUID()): void {
   const body = JSON.stringify(error.toBody())
   const head = [`HTTP/1.1 ${error.status} ${STATUS_CODES[error.status] ?? ''}`, `Date: ${new Date().toUTCString()}`,
@@ -76,7 +69,7 @@ function writeRawError (socket: Socket, error: ApiError, id: string = randomUUID
 
 interface ClientError extends Error { code?: string, rawPacket?: unknown, bytesParsed?: number }
 
-/** The packet's text from the start of the line Node's parser stopped in (a packet may hold several requests). */
+// From the start of the line Node's parser stopped in: a packet may hold several requests.
 function lineAtError (err: ClientError): string {
   const packet = Buffer.isBuffer(err.rawPacket) ? err.rawPacket.toString('latin1') : ''
   const at = Math.min(err.bytesParsed ?? 0, packet.length)
@@ -105,11 +98,10 @@ function clientError (err: ClientError): ApiError {
   }
 }
 
-/** Each connection's latest response: a parse error must neither cut in before it nor add a second one. */
+// Each connection's latest response: a parse error must neither cut in before it nor add a second one.
 const answering = new WeakMap<Socket, ServerResponse>()
 const refused = new WeakSet<Socket>()
 
-/** Node's 'clientError': a request Node could not parse, or that took too long to arrive. */
 export function clientErrorHandler (err: ClientError, socket: Socket): void {
   // Bytes that arrive while an answer waits its turn fail to parse again: one answer is enough.
   if (err.code === 'ECONNRESET' || socket.destroyed || refused.has(socket)) return
@@ -127,16 +119,16 @@ export function clientErrorHandler (err: ClientError, socket: Socket): void {
   else writeRawError(socket, error)
 }
 
-/** Node's own answers, in our shape: `route` serves a request whose expectation Node would refuse bare. */
+// Node's own answers, in our shape: `route` serves a request whose expectation Node would refuse bare.
 export function answerServerEvents (server: Server, route: (req: IncomingMessage, res: ServerResponse) => void): void {
-  server.on('request', (req: IncomingMessage, res: ServerResponse) => { answering.set(req.socket, res) })
+  server.on('request', (req, res) => { answering.set(req.socket, res) })
   // Node answers an unknown expectation with a bare 417 unless this event has a listener.
-  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+  server.on('checkExpectation', (req, res) => {
     answering.set(req.socket, res)
     route(req, res)
   })
   // Without a listener Node closes the socket unanswered.
-  server.on('connect', (req: IncomingMessage, socket: Socket) => {
+  server.on('connect', (req, socket: Socket) => {
     writeRawError(socket, errorForStatus(501, 'CONNECT is not supported: this service is not a proxy'), requestId(req))
   })
 }

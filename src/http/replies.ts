@@ -2,64 +2,48 @@ import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Row } from '../db/table.js'
 import type { Collection } from '../machinery/collection.js'
-import type { ListBody, ListSerializer } from '../machinery/list-cache.js'
+import type { ListSerializer } from '../machinery/list-cache.js'
 import { encodedTag } from '../machinery/list-compression.js'
 import { addVary, negotiateEncoding } from './content-coding.js'
 import { notFound } from './errors.js'
 
 const JSON_TYPE = 'application/json; charset=utf-8'
 
-/** Lists shorter than this are sent as they are: a compressed one would save too little to pay for the work. */
-export const COMPRESS_MIN_BYTES = 1024
+// Below this, compressing would save too little to pay for the work.
+const COMPRESS_MIN_BYTES = 1024
 
 const opaque = (tag: string): string => tag.startsWith('W/') ? tag.slice(2) : tag
 
 /** If-None-Match (RFC 9110 13.1.2): `*`, or a list of tags compared weakly. */
 export function ifNoneMatchHits (header: string | undefined, etag: string): boolean {
   if (header === undefined) return false
-  if (header === etag) return true
-  if (header.trim() === '*') return true
+  if (header === etag || header.trim() === '*') return true
   const wanted = opaque(etag)
-  for (const part of header.split(',')) {
-    if (opaque(part.trim()) === wanted) return true
-  }
-  return false
+  return header.split(',').some(part => opaque(part.trim()) === wanted)
 }
 
-/**
- * 200 with the list, or 304 when If-None-Match names the tag of the representation the client would get;
- * either way with that ETag, no-cache and Vary: Accept-Encoding. Lists of COMPRESS_MIN_BYTES or more go in
- * gzip or Brotli when asked. Resolves when the reply is sent: Fastify would end a streamed reply empty when
- * an async handler resolves before it.
- */
-export async function sendList (request: FastifyRequest, reply: FastifyReply, resource: Listed, list: ListBody):
-Promise<void> {
-  const encoding = list.length >= COMPRESS_MIN_BYTES ? negotiateEncoding(request.headers['accept-encoding']) : undefined
-  const etag = encoding === undefined ? list.etag : encodedTag(list.etag, encoding)
-  addVary(reply, 'Accept-Encoding')
-  reply.header('cache-control', 'no-cache').header('etag', etag)
-  if (ifNoneMatchHits(request.headers['if-none-match'], etag)) {
-    await reply.code(304).send()
-    return
-  }
-  const body = encoding === undefined ? list : await resource.compressed(list, encoding)
-  if (encoding !== undefined) reply.header('content-encoding', encoding)
-  reply.header('content-type', JSON_TYPE).header('content-length', body.length)
-  // A long list is its parts, written one after another: never joined into one copy.
-  await reply.send(Buffer.isBuffer(body.body) ? body.body : Readable.from(body.body, { objectMode: false }))
-}
-
-type Listed = Pick<Collection<object, Row>, 'compressed'>
-
-/** GET of a resource's list: from its cache, serialized by the route's own compiled 200 schema. */
+/** From the resource's cache, serialized by the route's own compiled 200 schema. */
 export function listHandler<New extends object, T extends Row> (resource: Collection<New, T>) {
+  // Resolves when the reply is sent: Fastify would end a streamed reply empty when an async handler resolved before.
   return async function sendResourceList (request: FastifyRequest, reply: FastifyReply): Promise<void> {
     const list = await resource.list(reply.getSerializationFunction('200') as unknown as ListSerializer<T>)
-    await sendList(request, reply, resource, list)
+    const accepted = request.headers['accept-encoding']
+    const encoding = list.length >= COMPRESS_MIN_BYTES ? negotiateEncoding(accepted) : undefined
+    const etag = encoding === undefined ? list.etag : encodedTag(list.etag, encoding)
+    addVary(reply, 'Accept-Encoding')
+    reply.header('cache-control', 'no-cache').header('etag', etag)
+    if (ifNoneMatchHits(request.headers['if-none-match'], etag)) {
+      await reply.code(304).send()
+      return
+    }
+    const body = encoding === undefined ? list : await resource.compressed(list, encoding)
+    if (encoding !== undefined) reply.header('content-encoding', encoding)
+    reply.header('content-type', JSON_TYPE).header('content-length', body.length)
+    // A long list is its parts, written one after another: never joined into one copy.
+    await reply.send(Buffer.isBuffer(body.body) ? body.body : Readable.from(body.body, { objectMode: false }))
   }
 }
 
-/** POST: 201 with the committed row and its Location; with an Idempotency-Key, a retry replays the answer. */
 export function createHandler<New extends object, T extends Row> (resource: Collection<New, T>, path: string) {
   return async function createResource (request: FastifyRequest, reply: FastifyReply): Promise<void> {
     const input = request.body as New
@@ -79,7 +63,6 @@ export function createHandler<New extends object, T extends Row> (resource: Coll
   }
 }
 
-/** GET by id: the row, or 404 naming what was asked for. */
 export function getHandler<New extends object, T extends Row> (resource: Collection<New, T>, singular: string) {
   return async function getResource (request: FastifyRequest<{ Params: { id: bigint } }>): Promise<T> {
     const row = await resource.get(request.params.id)

@@ -13,20 +13,18 @@ type Operation = 'list' | 'create' | 'get'
 export interface Resource<P extends TProperties> {
   /** The table, the path (/v1/<name>) and the tag: lower case, plural. */
   name: string
-  /** One of them, in summaries and messages. */
   singular: string
   /** The tag's description. */
   description: string
   /** The create body, with an $id (NewCategory); its members are the table's columns. */
   create: TObject<P>
-  /** An item as answered: withId(create, 'Category'). */
+  /** withId(create, 'Category') */
   item: TItem<NoInfer<P>>
   stability?: Partial<Record<Operation, 'experimental' | 'beta'>>
 }
 
 type TItem<P extends TProperties> = TObject<{ id: typeof Int64Id } & P>
 
-/** The create body's members and an int64 id: the schema of an item as stored and answered. */
 export function withId<P extends TProperties> (create: TObject<P>, $id: string): TItem<P> {
   return Type.Object({ id: Int64Id, ...create.properties }, { $id, title: $id, additionalProperties: false })
 }
@@ -34,12 +32,12 @@ export function withId<P extends TProperties> (create: TObject<P>, $id: string):
 const capitalized = (word: string): string => word.charAt(0).toUpperCase() + word.slice(1)
 const idOf = (schema: TObject): string => String((schema as { $id?: string }).$id)
 
-/** The plugin serving a resource: list (cached, ETag), create (group commit, Idempotency-Key) and get by id. */
 export function resource<P extends TProperties> (declared: Resource<P>) {
   const { name, singular, create, item, stability = {} } = declared
   const path = `/v1/${name}`
   const itemName = idOf(item)
   const required = (create as { required?: string[] }).required?.[0] ?? ''
+  const missing = `request body is missing the required member '${required}'`
   const schema = (operation: Operation, operationId: string, summary: string, description: string): object => ({
     operationId,
     summary,
@@ -83,9 +81,12 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
             400: [
               {
                 summary: `A rule of ${idOf(create)} is broken`,
-                body: { code: 'VALIDATION_FAILED', message: `request body is missing the required member '${required}'`, status: 400 }
+                body: { code: 'VALIDATION_FAILED', message: missing, status: 400 }
               },
-              { summary: 'The body is not JSON', body: { code: MALFORMED_JSON, message: 'request body is not valid JSON', status: 400 } }
+              {
+                summary: 'The body is not JSON',
+                body: { code: MALFORMED_JSON, message: 'request body is not valid JSON', status: 400 }
+              }
             ]
           })
         }

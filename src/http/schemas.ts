@@ -1,38 +1,38 @@
 import { Type, type Static, type TSchema, type TUnsafe } from 'typebox'
 import { IDEMPOTENCY_KEY_PATTERN } from '../shared/text-rules.js'
 
-/*
- * Schemas every resource's routes use, so that a resource states only what is its own.
- */
-
 /**
- * A reference to a schema registered with `app.addSchema` (it must have an $id):
- * the OpenAPI document shows it once under components, and the handler types
- * still come from the schema itself. A description describes the use (a response, a body).
+ * A reference to a schema registered with `app.addSchema`: the OpenAPI document shows it once under components,
+ * and the handler types still come from the schema itself. A description describes the use (a response, a body).
  */
-export function ref<T extends TSchema & { $id?: string }> (schema: T, options: { description?: string } = {}): TUnsafe<Static<T>> {
+export function ref<T extends TSchema & { $id?: string }> (schema: T, options: { description?: string } = {}):
+TUnsafe<Static<T>> {
   if (schema.$id === undefined) throw new Error('ref() needs a schema with an $id')
   return Type.Unsafe<Static<T>>({ $ref: `${schema.$id}#`, ...options })
 }
 
-/** An int64 id: a JSON integer on the wire, a BigInt in the code (fast-json-stringify writes it exactly). */
+/** A JSON integer on the wire, a BigInt in the code (fast-json-stringify writes it exactly). */
 export const Int64Id = Type.Unsafe<bigint>({
   type: 'integer',
   format: 'int64',
   minimum: 1,
-  description: 'Unique id from a bigserial column; any int64 value up to 9223372036854775807, always an exact JSON integer',
+  description: 'Unique id from a bigserial column; any int64 value up to 9223372036854775807, ' +
+    'always an exact JSON integer',
   examples: [1]
 })
 
-/** The Idempotency-Key header of a create. */
 export const IdempotencyKeyHeaders = Type.Object({
   'idempotency-key': Type.Optional(Type.String({
     minLength: 1,
     maxLength: 255,
     pattern: IDEMPOTENCY_KEY_PATTERN,
-    description: 'Makes the request safe to retry: 1 to 255 visible ASCII characters, scoped to your API key, remembered 24 hours. The same key with the same body replays the first answer (Idempotent-Replayed: true); with another body it is 422; while the first request runs it is 409.'
+    description: 'Makes the request safe to retry: 1 to 255 visible ASCII characters, scoped to your API key, ' +
+      'remembered 24 hours. The same key with the same body replays the first answer (Idempotent-Replayed: true); ' +
+      'with another body it is 422; while the first request runs it is 409.'
   }))
 })
 
-/** The 304 of a list fetched with If-None-Match. */
-export const NotModified = Type.Unsafe<undefined>({ type: 'null', description: 'Not Modified: the list still has the ETag sent in If-None-Match; no body.' })
+export const NotModified = Type.Unsafe<undefined>({
+  type: 'null',
+  description: 'Not Modified: the list still has the ETag sent in If-None-Match; no body.'
+})

@@ -7,34 +7,25 @@ interface PendingCreate<New, Created> {
   reject: (err: unknown) => void
 }
 
-/** Where a batch goes: every input in one statement, committed together; result i belongs to input i. */
-export interface BatchInserter<New, Created> {
+interface BatchInserter<New, Created> {
+  /** Every input in one statement, committed together; result i belongs to input i. */
   insertBatch: (inputs: New[]) => Promise<Created[]>
 }
 
-export interface CreateBatcherOptions<Created> {
-  /** Most rows in one INSERT; the rest wait for the next batch. */
+interface CreateBatcherOptions<Created> {
   maxRows?: number
   /** Batches running at once (each holds one pool connection). */
   maxInFlight?: number
   registry?: Registry
-  /** Metric names start with this (`widgets` gives widgets_insert_batch_rows); needed with `registry`. */
+  /** `widgets` gives widgets_insert_batch_rows; needed with `registry`. */
   metricPrefix?: string
-  /** Told of every batch before any of its requests is answered: the rows it committed, or that it failed (its outcome is then unknown). */
-  observer?: CreateObserver<Created>
-}
-
-export interface CreateObserver<Created> {
-  created: (rows: Created[]) => void
-  invalidate: () => void
+  /** Told of every batch before any of its requests is answered; invalidate: it failed, its outcome unknown. */
+  observer?: { created: (rows: Created[]) => void, invalidate: () => void }
 }
 
 /**
- * Group commit: concurrent creates go into one multi-row INSERT. When no batch is
- * running, the queue is flushed at the end of the current I/O turn (setImmediate),
- * so a lone request waits for nothing; while a batch runs, new requests gather
- * for the next one. Every request gets its own row and id, resolves only after
- * the batch committed, and fails with the batch's error if it failed.
+ * Group commit: concurrent creates go into one multi-row INSERT. With no batch running, the queue is flushed at
+ * the end of the current I/O turn (setImmediate), so a lone request waits for nothing.
  */
 export class CreateBatcher<New, Created> {
   private queue: Array<PendingCreate<New, Created>> = []
@@ -44,14 +35,14 @@ export class CreateBatcher<New, Created> {
   private readonly maxInFlight: number
   private readonly batchRows: Histogram | undefined
   private readonly failedBatches: Counter | undefined
-  private readonly observer: CreateObserver<Created> | undefined
+  private readonly observer: CreateBatcherOptions<Created>['observer']
 
   constructor (private readonly repository: BatchInserter<New, Created>, options: CreateBatcherOptions<Created> = {}) {
     this.maxRows = options.maxRows ?? 256
     this.maxInFlight = options.maxInFlight ?? 1
     this.observer = options.observer
-    const registers = options.registry === undefined ? undefined : [options.registry]
-    if (registers !== undefined) {
+    if (options.registry !== undefined) {
+      const registers = [options.registry]
       const prefix = options.metricPrefix
       if (prefix === undefined) throw new Error('a create batcher with a registry needs a metric prefix')
       this.batchRows = new Histogram({
@@ -60,7 +51,11 @@ export class CreateBatcher<New, Created> {
         buckets: [1, 2, 5, 10, 20, 50, 100, 200],
         registers
       })
-      this.failedBatches = new Counter({ name: `${prefix}_insert_batch_failures_total`, help: 'Group-commit INSERTs that failed (every request in them failed)', registers })
+      this.failedBatches = new Counter({
+        name: `${prefix}_insert_batch_failures_total`,
+        help: 'Group-commit INSERTs that failed (every request in them failed)',
+        registers
+      })
     }
   }
 

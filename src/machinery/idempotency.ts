@@ -2,21 +2,9 @@ import { createHash } from 'node:crypto'
 import type pg from 'pg'
 import type { Database } from '../db/database.js'
 
-/*
- * Idempotency-Key for any operation that creates: scoped to the API key,
- * remembered 24 hours in PostgreSQL (so every instance agrees). The same key and
- * body for the same operation replays the first answer; a different body, or
- * another operation, is refused (IdempotencyKeyReusedError: 422), a request still
- * running too (IdempotencyKeyInUseError: 409).
- *
- * A key's work is one transaction: it takes a transaction-scoped advisory lock on
- * the key (held elsewhere: 409 at once), reads the key's record, and commits the
- * created row with the record of its answer. Nothing about a request in flight is
- * ever committed, so nothing can outlive it: when its connection is lost,
- * PostgreSQL rolls it back and frees the lock, and the retry starts afresh; if the
- * COMMIT went through before the answer was lost, the retry finds the record and
- * replays it. The lock is transaction-scoped, so it holds through a transaction pooler.
- */
+// A key's work is one transaction under a transaction-scoped advisory lock (so it holds through a transaction
+// pooler): nothing about a request in flight is ever committed, so a lost connection rolls it back and frees the
+// key, and a retry finds either nothing or the committed answer.
 
 const REMEMBER = '24 hours'
 const RETRY_AFTER_SECONDS = 1
@@ -27,15 +15,11 @@ export type Outcome<T> =
   | { kind: 'created', result: T, response: StoredResponse }
   | { kind: 'replay', response: StoredResponse }
 
-/**
- * A request body as the operation understood it, for `execute`'s hash: the parts in a fixed order (the same
- * object sent with other spacing or member order is the same body). JSON, so no part can run into the next.
- */
+/** The parts of a body as the operation understood it, in a fixed order; JSON, so no part can run into the next. */
 export function digestOf (parts: readonly unknown[]): Buffer {
   return createHash('sha256').update(JSON.stringify(parts)).digest()
 }
 
-/** The key is held by a request still running: retry later. */
 export class IdempotencyKeyInUseError extends Error {
   readonly retryAfterSeconds = RETRY_AFTER_SECONDS
   constructor () {
@@ -44,7 +28,6 @@ export class IdempotencyKeyInUseError extends Error {
   }
 }
 
-/** The key was used with a different request body, or for another operation. */
 export class IdempotencyKeyReusedError extends Error {
   constructor (message = 'this Idempotency-Key was already used with a different request body') {
     super(message)
@@ -53,9 +36,9 @@ export class IdempotencyKeyReusedError extends Error {
 }
 
 /** A refusal: nothing was written. */
-export const isIdempotencyRefusal = (err: unknown): boolean => err instanceof IdempotencyKeyInUseError || err instanceof IdempotencyKeyReusedError
+export const isIdempotencyRefusal = (err: unknown): boolean =>
+  err instanceof IdempotencyKeyInUseError || err instanceof IdempotencyKeyReusedError
 
-/** The advisory lock of one key of one owner: 64 bits of a digest of both. */
 function lockId (owner: Buffer, key: string): string {
   return createHash('sha256').update(owner).update('\0').update(key).digest().readBigInt64BE(0).toString()
 }
@@ -65,58 +48,70 @@ SELECT operation, request_hash, response_status, response_body, location, expire
 FROM idempotency_keys WHERE key_owner = $1 AND idempotency_key = $2`
 
 const REMEMBER_ANSWER = `
-INSERT INTO idempotency_keys (key_owner, operation, idempotency_key, request_hash, response_status, response_body, location, expires_at)
+INSERT INTO idempotency_keys
+  (key_owner, operation, idempotency_key, request_hash, response_status, response_body, location, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, now() + interval '${REMEMBER}')
 ON CONFLICT (key_owner, idempotency_key) DO UPDATE
 SET operation = EXCLUDED.operation, request_hash = EXCLUDED.request_hash, response_status = EXCLUDED.response_status,
     response_body = EXCLUDED.response_body, location = EXCLUDED.location, expires_at = EXCLUDED.expires_at`
 
-/** A key's record as read (the columns `decide` needs). */
-export interface RecordRow { operation: string, request_hash: Buffer, response_status: number, response_body: string, location: string | null, expired: boolean }
+const DELETE_EXPIRED = `
+DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
+  SELECT ctid FROM idempotency_keys WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED))`
 
-/** What a key's record says: replay its answer, refuse (422), or do the work (no record, or an expired one). */
+export interface RecordRow {
+  operation: string
+  request_hash: Buffer
+  response_status: number
+  response_body: string
+  location: string | null
+  expired: boolean
+}
+
+/** Replay the record's answer, refuse (422), or undefined: do the work (no record, or an expired one). */
 export function decide (record: RecordRow | undefined, operation: string, hash: Buffer): StoredResponse | undefined {
   if (record === undefined || record.expired) return undefined
-  if (record.operation !== operation) throw new IdempotencyKeyReusedError('this Idempotency-Key was already used for another operation')
+  if (record.operation !== operation) {
+    throw new IdempotencyKeyReusedError('this Idempotency-Key was already used for another operation')
+  }
   if (!record.request_hash.equals(hash)) throw new IdempotencyKeyReusedError()
   return { status: record.response_status, body: record.response_body, location: record.location }
 }
+
+type Work<T> = (client: pg.ClientBase) => Promise<{ result: T, response: StoredResponse }>
 
 export class IdempotencyStore {
   private cleanupTimer: NodeJS.Timeout | undefined
 
   constructor (private readonly db: Database) {}
 
-  /**
-   * The answer already remembered for this key (replay, or 422 thrown), or else `work`'s, committed in one
-   * transaction with the record of its response: both exist or neither does.
-   */
-  async execute<T> (owner: Buffer, operation: string, key: string, hash: Buffer, work: (client: pg.ClientBase) => Promise<{ result: T, response: StoredResponse }>): Promise<Outcome<T>> {
+  /** The remembered answer, or `work`'s, committed in one transaction with the record of its response. */
+  async execute<T> (owner: Buffer, operation: string, key: string, hash: Buffer, work: Work<T>): Promise<Outcome<T>> {
     // A key already answered (the usual retry) replays without a transaction.
     const { rows } = await this.db.query<RecordRow>(RECORD, [owner, key])
     const remembered = decide(rows[0], operation, hash)
     if (remembered !== undefined) return { kind: 'replay', response: remembered }
 
     return await this.db.transaction(async client => {
-      const locked = await client.query<{ locked: boolean }>({ text: 'SELECT pg_try_advisory_xact_lock($1) AS locked', values: [lockId(owner, key)] })
+      const locked = await client.query<{ locked: boolean }>(
+        { text: 'SELECT pg_try_advisory_xact_lock($1) AS locked', values: [lockId(owner, key)] })
       if (locked.rows[0]?.locked !== true) throw new IdempotencyKeyInUseError()
       // Read again under the lock: the record may have been written since.
       const current = await client.query<RecordRow>({ text: RECORD, values: [owner, key] })
       const answered = decide(current.rows[0], operation, hash)
       if (answered !== undefined) return { kind: 'replay', response: answered }
       const { result, response } = await work(client)
-      await client.query({ text: REMEMBER_ANSWER, values: [owner, operation, key, hash, response.status, response.body, response.location] })
+      const values = [owner, operation, key, hash, response.status, response.body, response.location]
+      await client.query({ text: REMEMBER_ANSWER, values })
       return { kind: 'created', result, response }
     })
   }
 
-  /** Deletes expired records in small batches, off the request path. */
+  /** In small batches, off the request path. */
   async deleteExpired (batchSize = 1000): Promise<number> {
     let total = 0
     for (;;) {
-      const { rowCount } = await this.db.query(
-        'DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(SELECT ctid FROM idempotency_keys WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED))',
-        [batchSize])
+      const { rowCount } = await this.db.query(DELETE_EXPIRED, [batchSize])
       total += rowCount ?? 0
       if ((rowCount ?? 0) < batchSize) return total
     }

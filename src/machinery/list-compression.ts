@@ -4,25 +4,16 @@ import { constants, createBrotliCompress, createGzip, type Gzip, type BrotliComp
 import { Counter, type Registry } from 'prom-client'
 import { FLAT_BYTES, type ListBody } from './list-cache.js'
 
-/** The content codings a list is sent in besides identity. */
 export type ListEncoding = 'br' | 'gzip'
 
-/**
- * zlib's default level, and the Brotli quality usual for dynamic content: at 1,000,000 rows (142 MB) they
- * take about 0.6 s and 1-3 s of one threadpool thread for 8.4 MB and 2.6 MB (docs/performance.md). Brotli 5
- * took half as long again for no smaller output; this synthetic list flatters the fast levels.
- */
+// zlib's default, and Brotli's usual quality for dynamic content: measured in docs/performance.md.
 const GZIP_LEVEL = 6
 const BROTLI_QUALITY = 4
-/** Output handed back per turn of the event loop: the compressing itself runs in libuv's threadpool. */
+// Output handed back per turn of the event loop: the compressing itself runs in libuv's threadpool.
 const CHUNK_BYTES = 64 * 1024
 
-/**
- * The tag of a list sent in a content coding: the identity tag with the coding appended, weak. Weak because
- * the compressed bytes depend on the zlib and Brotli builds (two instances, or one after an upgrade, may send
- * different bytes for the same list), and a strong tag promises the same bytes; If-None-Match compares weakly,
- * so a 304 is given exactly as for a strong tag.
- */
+// Weak: the compressed bytes depend on the zlib and Brotli builds, so two instances may send different bytes for
+// one list. If-None-Match compares weakly, so the 304s are the same as for a strong tag.
 export function encodedTag (etag: string, encoding: ListEncoding): string {
   return `W/${etag.slice(0, -1)}-${encoding}"`
 }
@@ -31,11 +22,15 @@ function compressor (encoding: ListEncoding, length: number): Gzip | BrotliCompr
   if (encoding === 'gzip') return createGzip({ level: GZIP_LEVEL, chunkSize: CHUNK_BYTES })
   return createBrotliCompress({
     chunkSize: CHUNK_BYTES,
-    params: { [constants.BROTLI_PARAM_QUALITY]: BROTLI_QUALITY, [constants.BROTLI_PARAM_MODE]: constants.BROTLI_MODE_TEXT, [constants.BROTLI_PARAM_SIZE_HINT]: length }
+    params: {
+      [constants.BROTLI_PARAM_QUALITY]: BROTLI_QUALITY,
+      [constants.BROTLI_PARAM_MODE]: constants.BROTLI_MODE_TEXT,
+      [constants.BROTLI_PARAM_SIZE_HINT]: length
+    }
   })
 }
 
-/** The list's bytes through one compressing stream, part after part; the output kept as list-cache.ts keeps a body (one Buffer up to FLAT_BYTES, else parts). */
+// The output is kept as list-cache.ts keeps a body: one Buffer up to FLAT_BYTES, else parts.
 async function compress (list: ListBody, encoding: ListEncoding): Promise<ListBody> {
   const parts: Buffer[] = []
   let pending: Buffer[] = []
@@ -58,30 +53,21 @@ async function compress (list: ListBody, encoding: ListEncoding): Promise<ListBo
   return { body: parts.length === 1 ? parts[0] as Buffer : parts, length, etag: encodedTag(list.etag, encoding) }
 }
 
-export interface ListCompressorOptions {
-  /** `categories` gives categories_list_compressions_total. */
-  metricPrefix: string
-  registry?: Registry
-}
-
-/**
- * A list's compressed bodies, made once per list version and encoding: kept beside the body they were made
- * from (a WeakMap keyed by it), so they go when the list cache drops that version. Reads that ask while a
- * compression runs share it. Compressing runs in zlib's threadpool, a chunk at a time, so the event loop
- * only collects output.
- */
+/** A list's compressed bodies, made once per list version and encoding, shared by the reads meanwhile. */
 export class ListCompressor {
+  // Keyed by the body they were made from: they go when the list cache drops that version.
   private readonly made = new WeakMap<ListBody, Partial<Record<ListEncoding, Promise<ListBody>>>>()
-  /** Compressions started, by encoding: plain numbers the Counter reads when scraped. */
-  readonly compressions: Record<ListEncoding, number> = { br: 0, gzip: 0 }
+  private readonly compressions: Record<ListEncoding, number> = { br: 0, gzip: 0 }
 
-  constructor (options: ListCompressorOptions) {
+  /** `categories` gives categories_list_compressions_total. */
+  constructor (options: { metricPrefix: string, registry?: Registry }) {
     if (options.registry === undefined) return
     const compressions = this.compressions
     // eslint-disable-next-line no-new
     new Counter({
       name: `${options.metricPrefix}_list_compressions_total`,
-      help: 'Compressions of the list by content coding: one per list version and coding asked for, shared by the reads meanwhile',
+      help: 'Compressions of the list by content coding: one per list version and coding asked for, ' +
+        'shared by the reads meanwhile',
       labelNames: ['encoding'],
       registers: [options.registry],
       collect () {
@@ -91,7 +77,6 @@ export class ListCompressor {
     })
   }
 
-  /** The list in this coding: compressed now, or the compression of this version already made or under way. */
   async compressed (list: ListBody, encoding: ListEncoding): Promise<ListBody> {
     const variants = this.made.get(list) ?? {}
     this.made.set(list, variants)

@@ -10,7 +10,8 @@ async function pets (app: FastifyInstance, options: { sunset: string | undefined
     schema: {
       operationId: 'getPet',
       summary: 'Get a pet (deprecated placeholder)',
-      description: 'Placeholder: the behaviour of this operation is not defined yet. It always answers 501 NOT_IMPLEMENTED, with a Deprecation header and, when configured, a Sunset header.',
+      description: 'Placeholder: the behaviour of this operation is not defined yet. It always answers ' +
+        '501 NOT_IMPLEMENTED, with a Deprecation header and, when configured, a Sunset header.',
       deprecated: true,
       tags: ['pets'],
       params: Type.Object({ petId: Type.String({ description: 'Pet id (not interpreted yet)' }) }),

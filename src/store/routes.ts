@@ -9,7 +9,8 @@ async function store (app: FastifyInstance): Promise<void> {
     schema: {
       operationId: 'listOrders',
       summary: 'List store orders (placeholder)',
-      description: 'Placeholder: the behaviour of this operation is not defined yet. It always answers 501 NOT_IMPLEMENTED.',
+      description: 'Placeholder: the behaviour of this operation is not defined yet. ' +
+        'It always answers 501 NOT_IMPLEMENTED.',
       tags: ['store'],
       response: errorResponses([401, 429, 501], { 501: 'listOrders is not implemented yet' })
     }
