@@ -5,14 +5,13 @@ import categories from './categories/routes.js'
 import type { Config } from './config.js'
 import auth from './http/auth.js'
 import cors from './http/cors.js'
-import { frameworkErrors, registerErrorHandling } from './http/error-handler.js'
-import { ErrorSchema } from './http/errors.js'
+import errors, { frameworkErrors } from './http/error-handler.js'
 import health from './http/health.js'
-import { registerJsonBodyParser } from './http/json-body.js'
+import jsonBody from './http/json-body.js'
 import lifecycle, { requestId } from './http/lifecycle.js'
-import { registerMethodNotAllowed } from './http/method-not-allowed.js'
+import methodNotAllowed from './http/method-not-allowed.js'
 import metrics from './http/metrics.js'
-import { registerOpenApi } from './http/openapi.js'
+import openapi from './http/openapi.js'
 import protocol, { clientErrorHandler, originForm } from './http/protocol.js'
 import rateLimits from './http/rate-limit.js'
 import singletonHeaders from './http/singleton-headers.js'
@@ -95,17 +94,16 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
 
   // Plugins run their hooks in this order, and each names the ones it needs before it (fastify-plugin checks).
   await app.register(lifecycle)
-  registerErrorHandling(app)
+  await app.register(errors)
   await app.register(metrics)
-  registerJsonBodyParser(app)
+  await app.register(jsonBody)
   await app.register(cors, { origins: config.corsOrigins })
   await app.register(protocol)
   await app.register(singletonHeaders)
-  app.addSchema(ErrorSchema)
-  await registerOpenApi(app)
+  await app.register(openapi)
   await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit, redis: config.redis })
   await app.register(auth, { digests: config.apiKeyDigests })
-  registerMethodNotAllowed(app)
+  await app.register(methodNotAllowed)
   await app.register(data, {
     database: {
       connectionString: config.databaseUrl,

@@ -1,10 +1,11 @@
 import { STATUS_CODES } from 'node:http'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
 import { ConstraintViolationError, DatabaseUnavailableError } from '../db/errors.js'
 import { IdempotencyKeyInUseError, IdempotencyKeyReusedError } from '../machinery/idempotency.js'
 import { patternRules } from '../shared/text-rules.js'
 import {
-  ApiError, CONFLICT, errorForStatus, malformedJson, notFound, serviceUnavailable, validationFailed
+  ApiError, CONFLICT, ErrorSchema, errorForStatus, malformedJson, notFound, serviceUnavailable, validationFailed
 } from './errors.js'
 
 // Every failure after a request exists becomes the Error body here; what Node refuses before that, in protocol.ts.
@@ -74,7 +75,8 @@ function sendError (reply: FastifyReply, error: ApiError): FastifyReply {
   return reply.code(error.status).headers(error.headers).send(error.toBody())
 }
 
-export function registerErrorHandling (app: FastifyInstance): void {
+async function errors (app: FastifyInstance): Promise<void> {
+  app.addSchema(ErrorSchema)
   app.setErrorHandler((err: unknown, request: FastifyRequest, reply: FastifyReply) => {
     const error = toApiError(err)
     if (error.code === 'INTERNAL_ERROR') {
@@ -89,6 +91,8 @@ export function registerErrorHandling (app: FastifyInstance): void {
   app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) =>
     sendError(reply, notFound(`no route for ${request.method} ${request.url.split('?')[0] ?? ''}`)))
 }
+
+export default fp(errors, { name: 'errors' })
 
 // A URL Fastify cannot decode (or an over-long path parameter) is refused before routing, outside the error handler.
 export function frameworkErrors (error: FastifyError, _request: FastifyRequest, reply: FastifyReply): FastifyReply {

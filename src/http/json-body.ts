@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer'
 import type { IncomingHttpHeaders } from 'node:http'
 import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 import { ApiError, errorForStatus, malformedJson, validationFailed } from './errors.js'
 import { interoperabilityProblem } from './interoperable-json.js'
 
@@ -34,7 +35,7 @@ function parseJsonBody (headers: IncomingHttpHeaders, body: Buffer): unknown {
 }
 
 /** The only body parser: other media types are 415. */
-export function registerJsonBodyParser (app: FastifyInstance): void {
+async function jsonBody (app: FastifyInstance): Promise<void> {
   app.removeAllContentTypeParsers()
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body: Buffer, done) => {
     try {
@@ -44,3 +45,5 @@ export function registerJsonBodyParser (app: FastifyInstance): void {
     }
   })
 }
+
+export default fp(jsonBody, { name: 'json-body' })

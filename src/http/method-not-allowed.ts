@@ -1,12 +1,13 @@
 import { METHODS } from 'node:http'
 import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 import { ApiError } from './errors.js'
 
 // OPTIONS is only @fastify/cors's catch-all; CONNECT never reaches the router. HEAD last.
 const CANDIDATES = [...METHODS.filter(m => m !== 'OPTIONS' && m !== 'CONNECT' && m !== 'HEAD'), 'HEAD']
 
 /** A known path with another method is 405 with Allow, not 404: in onRequest, after auth, before the body. */
-export function registerMethodNotAllowed (app: FastifyInstance): void {
+async function methodNotAllowed (app: FastifyInstance): Promise<void> {
   app.addHook('onRequest', function methodNotAllowed (request, _reply, done) {
     if (!request.is404 && request.routeOptions.url !== '*') {
       done()
@@ -23,3 +24,6 @@ export function registerMethodNotAllowed (app: FastifyInstance): void {
     done(new ApiError(405, 'METHOD_NOT_ALLOWED', message, { allow }))
   })
 }
+
+// After auth: under /v1 only a valid key learns which methods a path has.
+export default fp(methodNotAllowed, { name: 'method-not-allowed', dependencies: ['auth'] })

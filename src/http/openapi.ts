@@ -1,6 +1,7 @@
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
 import postmanCollection from './petstore.postman_collection.json' with { type: 'json' }
 
 declare module 'fastify' {
@@ -70,7 +71,7 @@ function docsContentSecurityPolicy (request: FastifyRequest): string {
   ].join('; ')
 }
 
-export async function registerOpenApi (app: FastifyInstance): Promise<void> {
+async function openapi (app: FastifyInstance): Promise<void> {
   const tagDescriptions = new Map<string, string>()
   app.decorate('describeTag', (name: string, description: string) => { tagDescriptions.set(name, description) })
   await app.register(swagger, {
@@ -132,3 +133,5 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
     reply.type(JSON_TYPE).header('content-disposition', 'attachment; filename="petstore.postman_collection.json"')
       .send(POSTMAN_COLLECTION))
 }
+
+export default fp(openapi, { name: 'openapi', dependencies: ['errors'] })

@@ -109,5 +109,5 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
     }, getHandler(collection, singular))
   }
 
-  return fp(plugin, { name, dependencies: ['data'] })
+  return fp(plugin, { name, dependencies: ['data', 'openapi'] })
 }

@@ -25,4 +25,4 @@ async function pets (app: FastifyInstance, options: { sunset: string | undefined
   })
 }
 
-export default fp(pets, { name: 'pets' })
+export default fp(pets, { name: 'pets', dependencies: ['openapi'] })

@@ -19,4 +19,4 @@ async function store (app: FastifyInstance): Promise<void> {
   })
 }
 
-export default fp(store, { name: 'store' })
+export default fp(store, { name: 'store', dependencies: ['openapi'] })
