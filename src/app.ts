@@ -25,7 +25,6 @@ export interface AppOptions {
   logStream?: NodeJS.WritableStream
 }
 
-/** Expired Idempotency-Key records are deleted this often, in small batches, off the request path. */
 const IDEMPOTENCY_CLEANUP_INTERVAL_MS = 10 * 60 * 1000
 
 function traceFields (): Record<string, string> {
@@ -39,22 +38,20 @@ function loggerOptions (config: Config, options: AppOptions): FastifyServerOptio
   return {
     level: config.logLevel,
     ...(options.logStream === undefined ? {} : { stream: options.logStream }),
-    // Never log credentials, and never the query string (a client might put a key there).
+    // Never credentials, and never the query string (a client might put a key there).
     redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization'], censor: '[redacted]' },
-    // With tracing on (telemetry.ts), a line written during a request names its trace; without it there is no active span.
+    // With tracing on, a line written during a request names its trace.
     mixin: traceFields,
     serializers: {
-      req: (req: { method: string, url: string, ip?: string }) => ({ method: req.method, url: req.url.split('?')[0], remoteAddress: req.ip })
+      req: (req: { method: string, url: string, ip?: string }) =>
+        ({ method: req.method, url: req.url.split('?')[0], remoteAddress: req.ip })
     }
   }
 }
 
-/**
- * The whole service: production (server.ts) and every test build it through this one factory.
- * It needs no database to be built (nothing connects until a request or the change feed does):
- * the migrations are applied before it (db/migrate.ts), and the OpenAPI export builds it alone.
- */
-export async function buildApp (config: Config & { databaseUrl: string }, options: AppOptions = {}): Promise<FastifyInstance> {
+/** The whole service, as server.ts and every test build it. Nothing connects until a request or the feed does. */
+export async function buildApp (config: Config & { databaseUrl: string }, options: AppOptions = {}):
+Promise<FastifyInstance> {
   const app = Fastify({
     logger: loggerOptions(config, options),
     // One log line per request (the onResponse hook below) instead of Fastify's two.
@@ -66,7 +63,7 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
     requestTimeout: config.requestTimeoutMs,
     keepAliveTimeout: config.keepAliveTimeoutMs,
     http: {
-      // Slow clients (slowloris) get 408 once the headers take longer than this; Node checks every second, not every 30 s.
+      // Slowloris gets 408; Node checks every second, not every 30 s.
       headersTimeout: config.headersTimeoutMs,
       requestTimeout: config.requestTimeoutMs,
       connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
@@ -74,7 +71,7 @@ export async function buildApp (config: Config & { databaseUrl: string }, option
       // protocol.ts answers a missing Host in our shape; Node's own answer is a bare 400.
       requireHostHeader: false
     },
-    // Requests that arrive while closing are still served (with Connection: close), and get our Error body if they fail.
+    // Requests that arrive while closing are still served (with Connection: close).
     return503OnClosing: false,
     clientErrorHandler,
     frameworkErrors,

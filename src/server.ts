@@ -12,14 +12,10 @@ import { checkDatabase, checkPortFree, describeBuildError, describeListenError }
 import { reportStartupFailure } from './startup-error.js'
 import { telemetry } from './telemetry.js'
 
-/**
- * The process: configuration, then the fast checks (data directory lock, ports),
- * then the slow steps (embedded database, migrations), then listen. Any failure on
- * the way is one line on stderr and exit code 1; what was started is stopped first.
- */
+// Configuration, the fast checks, the slow steps, listen: a failure on the way is one line and exit 1.
 interface Started {
   app: FastifyInstance | undefined
-  /** How to stop what has been started, in start order (run in reverse). */
+  /** How to stop what has been started, in start order. */
   undo: Array<() => Promise<unknown>>
 }
 
@@ -28,7 +24,8 @@ async function start (config: Config, started: Started): Promise<void> {
   const debug = config.logLevel === 'debug' || config.logLevel === 'trace'
   const dataDir = path.resolve(config.dataDir)
   // The embedded database belongs to one process at a time: a second start is refused before it touches anything.
-  const lock = config.databaseUrl === undefined ? await lockDataDir(dataDir, `http://${config.host}:${config.port}`) : undefined
+  const address = `http://${config.host}:${config.port}`
+  const lock = config.databaseUrl === undefined ? await lockDataDir(dataDir, address) : undefined
   if (lock !== undefined) undo.push(lock.release)
   await checkPortFree('PORT', config.host, config.port)
   await checkPortFree('METRICS_PORT', config.metrics.host, config.metrics.port)
@@ -43,7 +40,6 @@ async function start (config: Config, started: Started): Promise<void> {
   } else {
     await checkDatabase(databaseUrl)
   }
-  // Outside production with no key configured: one random key, created once and kept under the data directory.
   const devKeyFile = path.join(dataDir, 'dev-api-key')
   let devKey: { value: string, created: boolean } | undefined
   if (config.apiKeyDigests.length === 0) {
@@ -52,19 +48,20 @@ async function start (config: Config, started: Started): Promise<void> {
   }
 
   const url = databaseUrl
-  // The schema first (on DATABASE_DIRECT_URL behind a transaction pooler), then the app that uses it.
+  const oneLine = (err: unknown): never => { throw describeBuildError(err, url) }
+  // A failed migration is thrown and reported in one line; the runner's own account is a detail.
   await runMigrations(config.databaseDirectUrl ?? url, {
     info: (msg) => { if (debug) console.log(`petstore: ${msg}`) },
     warn: (msg) => { console.warn(`petstore: ${msg}`) },
-    // A failed migration is thrown, and the start reports it in one line; the runner's own account is a detail.
     error: (msg) => { if (debug) console.error(`petstore: ${msg}`) }
-  }, { statementTimeoutMs: config.db.statementTimeoutMs }).catch((err: unknown) => { throw describeBuildError(err, url) })
-  const app = await buildApp({ ...config, databaseUrl: url }).catch((err: unknown) => { throw describeBuildError(err, url) })
+  }, { statementTimeoutMs: config.db.statementTimeoutMs }).catch(oneLine)
+  const app = await buildApp({ ...config, databaseUrl: url }).catch(oneLine)
   undo.push(async () => { await app.close() })
-  await app.verifyTables().catch((err: unknown) => { throw describeBuildError(err, url) })
+  await app.verifyTables().catch(oneLine)
   await checkStatementTimeout(app.db, config.db.statementTimeoutMs, app.log)
-  const metrics = await startMetricsServer(app.metrics, config.metrics)
-    .catch((err: unknown) => { throw describeListenError(err, 'METRICS_PORT', config.metrics.host, config.metrics.port) })
+  const metrics = await startMetricsServer(app.metrics, config.metrics).catch((err: unknown) => {
+    throw describeListenError(err, 'METRICS_PORT', config.metrics.host, config.metrics.port)
+  })
   undo.push(async () => { metrics?.close() })
   await app.listen({ port: config.port, host: config.host })
     .catch((err: unknown) => { throw describeListenError(err, 'PORT', config.host, config.port) })
@@ -74,7 +71,8 @@ async function start (config: Config, started: Started): Promise<void> {
   }
   if (devKey !== undefined) {
     const shown = `${devKey.created ? 'created a development API key' : 'development API key'} (kept in ${devKeyFile})`
-    console.log(`\npetstore: ${shown}:\n\n    ${devKey.value}\n\n  try: curl -H 'Authorization: Bearer ${devKey.value}' http://${config.host}:${config.port}/v1/categories\n`)
+    console.log(`\npetstore: ${shown}:\n\n    ${devKey.value}\n\n` +
+      `  try: curl -H 'Authorization: Bearer ${devKey.value}' ${address}/v1/categories\n`)
   }
 }
 
@@ -92,7 +90,9 @@ try {
   process.exit(1)
 }
 const started: Started = { app: undefined, undo: [] }
-const log = { error: (m: string) => { if (started.app !== undefined) started.app.log.error(m); else console.error(`petstore: ${m}`) } }
+const log = {
+  error: (m: string) => { if (started.app === undefined) console.error(`petstore: ${m}`); else started.app.log.error(m) }
+}
 closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, logger: log }, async ({ signal, err }) => {
   const { app } = started
   if (app === undefined) {
@@ -106,12 +106,11 @@ closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, log
   // Keep serving while the balancer notices the failing readiness check, then close.
   app.lifecycle.shuttingDown = true
   if (err === undefined) await sleep(config.shutdown.drainMs)
-  // metrics, app, embedded database, lock: the reverse of the order they were started in.
   let failed = false
   await undoAll(started, (err) => { failed = true; app.log.error({ err }, 'shutdown step failed') })
-  // close-with-grace exits 1 when the handler throws.
-  // The last spans (the batch exporter sends every few seconds).
+  // The last spans: the batch exporter sends only every few seconds.
   await telemetry?.shutdown().catch((err: unknown) => { app.log.warn({ err }, 'traces not flushed') })
+  // close-with-grace exits 1 when the handler throws.
   if (failed) throw new Error('shutdown incomplete: a step failed (see above)')
   app.log.info('shutdown complete')
 })
