@@ -14,12 +14,8 @@ declare module 'ioredis' {
   }
 }
 
-/**
- * One atomic step on the Redis server, so parallel checks on several instances
- * cannot both pass: a fixed window that opens at a key's first hit, as in memory.
- * A key without an expiry (never written by this script) gets one too, so no
- * address can be refused forever. Answers the count and the window's time left.
- */
+// One atomic step, so parallel checks on several instances cannot both pass; a key without an expiry gets one
+// (no address is refused forever).
 const INCR_SCRIPT = `
 local count = redis.call('INCR', KEYS[1])
 local ttl = redis.call('PTTL', KEYS[1])
@@ -29,7 +25,6 @@ if ttl < 0 then
 end
 return {count, ttl}`
 
-/** The same answer without counting: {0, 0} when no window is open. */
 const READ_SCRIPT = `
 local count = redis.call('GET', KEYS[1])
 if not count then return {0, 0} end
@@ -37,13 +32,12 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then ttl = 0 end
 return {tonumber(count), ttl}`
 
-/** Every key the service writes to Redis starts with this. */
 const REDIS_KEY_PREFIX = 'petstore:rate-limit:'
-/** After Redis failed or was too slow, requests skip it this long before trying again (the reconnect clears it). */
+/** After Redis failed or was too slow, requests skip it this long (a reconnect clears it). */
 const RETRY_AFTER_FAILURE_MS = 1000
-/** At start, the longest wait for a first Redis connection; without one, limits count per instance until it comes. */
+/** A Redis that is down must not stop the start: limits count per instance until it comes. */
 const STARTUP_WAIT_MS = 1000
-/** Addresses or keys one limit remembers on this instance: the plugin's in-memory store's default. */
+/** The plugin's in-memory store's default. */
 const LOCAL_KEYS_PER_LIMIT = 5000
 
 export interface SharedStoreOptions {
@@ -54,7 +48,7 @@ export interface SharedStoreOptions {
   registry: Registry
 }
 
-/** host:port of a Redis URL, for log lines: never the user name or password. */
+/** Never the user name or password, for log lines. */
 function redisAddress (url: string): string {
   const parsed = new URL(url)
   return `${parsed.hostname}:${parsed.port === '' ? '6379' : parsed.port}`
@@ -62,12 +56,7 @@ function redisAddress (url: string): string {
 
 interface Window { count: number, openedAt: number }
 
-/**
- * One limit's counters on this instance, counted as the plugin's in-memory
- * store counts (a fixed window from a key's first hit, the least recently
- * seen key forgotten first), so a Redis outage falls back to exactly the
- * limits of a deployment without Redis.
- */
+/** Counted as the plugin's in-memory store does, so a Redis outage falls back to exactly its limits. */
 class LocalCounters {
   private readonly windows = new LruMap<Window>(LOCAL_KEYS_PER_LIMIT)
 
@@ -89,13 +78,8 @@ class LocalCounters {
 }
 
 /**
- * Rate-limit counting in Redis, so that every instance of a deployment shares
- * each limit exactly, failing open to this instance's own counters when Redis
- * is unreachable, errs or does not answer within timeoutMs. The per-instance
- * counters are always kept, so an outage falls back to the per-instance limits
- * (never to no limit at all, which is what the plugin's skipOnError does).
- * Recovery needs no restart: the client reconnects by itself and the next
- * request uses Redis. `storeClass()` is what the plugin's `store` option takes.
+ * Counting in Redis, shared by every instance, falling back to this instance's own counters (always kept) when
+ * Redis fails or is slower than timeoutMs: never to no limit at all, which is what the plugin's skipOnError does.
  */
 export class SharedRateLimitStore {
   private readonly client: Redis
@@ -104,11 +88,9 @@ export class SharedRateLimitStore {
   private readonly log: FastifyBaseLogger
   private readonly up: Gauge
   private readonly fallbacks: Counter
-  /** False from the first failure until Redis answers again; a warning marks each change. */
   private available = true
   private skipUntil = 0
   private closing = false
-  /** The client's last error since it was last ready: the reason a warning gives. */
   private lastError: string | undefined
 
   constructor (options: SharedStoreOptions) {
@@ -130,8 +112,11 @@ export class SharedRateLimitStore {
     })
     this.client.defineCommand('rateLimitIncr', { numberOfKeys: 1, lua: INCR_SCRIPT })
     this.client.defineCommand('rateLimitRead', { numberOfKeys: 1, lua: READ_SCRIPT, readOnly: true })
-    this.up = new Gauge({ name: 'rate_limit_redis_up', help: '1 while rate limits count in Redis (deployment-wide), 0 while they count per instance', registers: [options.registry] })
-    this.fallbacks = new Counter({ name: 'rate_limit_redis_fallbacks_total', help: 'Rate-limit checks counted on this instance alone because Redis failed or was too slow', registers: [options.registry] })
+    const registers = [options.registry]
+    const upHelp = '1 while rate limits count in Redis (deployment-wide), 0 while they count per instance'
+    this.up = new Gauge({ name: 'rate_limit_redis_up', help: upHelp, registers })
+    const fallbacksHelp = 'Rate-limit checks counted on this instance alone because Redis failed or was too slow'
+    this.fallbacks = new Counter({ name: 'rate_limit_redis_fallbacks_total', help: fallbacksHelp, registers })
     this.up.set(1)
     // Without a listener ioredis prints every failed reconnect to stderr; the transitions are logged below instead.
     this.client.on('error', (err: Error) => { this.lastError = err.message })
@@ -140,15 +125,16 @@ export class SharedRateLimitStore {
       this.lastError = undefined
     })
     this.client.on('close', () => {
-      if (!this.closing) this.markUnavailable(this.lastError === undefined ? 'connection closed' : `connection closed: ${this.lastError}`)
+      if (this.closing) return
+      this.markUnavailable(this.lastError === undefined ? 'connection closed' : `connection closed: ${this.lastError}`)
     })
   }
 
-  /** Connects, waiting at most STARTUP_WAIT_MS: a Redis that is down must not stop the service from starting. */
   async connect (): Promise<void> {
     const ready = new Promise<true>(resolve => this.client.once('ready', () => { resolve(true) }))
     this.client.connect().catch(() => {}) // failures arrive as 'error' events and retries
-    const connected = await Promise.race([ready, new Promise<false>(resolve => setTimeout(resolve, STARTUP_WAIT_MS, false).unref())])
+    const late = new Promise<false>(resolve => setTimeout(resolve, STARTUP_WAIT_MS, false).unref())
+    const connected = await Promise.race([ready, late])
     if (connected) {
       this.log.info({ redis: this.address }, 'rate limits count in Redis, across every instance')
     } else {
@@ -161,13 +147,7 @@ export class SharedRateLimitStore {
     this.client.disconnect(false) // no QUIT round trip: Redis may be the thing that is hanging
   }
 
-  /**
-   * The plugin's documented custom store: it constructs the class with its
-   * options, and calls child() once per limit (createRateLimit). Each limit
-   * keeps its own counters on this instance; all share this connection. The
-   * plugin's `{ increment: false }` calls read(). Keys already name their
-   * limit, so a Redis key is the prefix and the key.
-   */
+  /** The plugin's documented custom store: child() once per limit, each with counters of its own. */
   storeClass (): FastifyRateLimitStoreCtor {
     const shared = this
     return class RedisFirstStore implements FastifyRateLimitStore {
@@ -181,7 +161,8 @@ export class SharedRateLimitStore {
       }
 
       read (key: string, callback: Callback, timeWindow: number): void {
-        shared.preferRedis('read', key, timeWindow, callback, () => { callback(null, this.local.read(key, timeWindow)) })
+        const locally = (): void => { callback(null, this.local.read(key, timeWindow)) }
+        shared.preferRedis('read', key, timeWindow, callback, locally)
       }
 
       child (): FastifyRateLimitStore {
@@ -190,8 +171,8 @@ export class SharedRateLimitStore {
     }
   }
 
-  /** Redis's answer when it gives one in time; otherwise this instance's. */
-  private preferRedis (method: 'incr' | 'read', key: string, timeWindow: number, cb: Callback, locally: () => void): void {
+  private preferRedis (method: 'incr' | 'read', key: string, timeWindow: number, cb: Callback, locally: () => void):
+  void {
     if (!this.redisUsable()) {
       this.fallbacks.inc()
       locally()
@@ -240,7 +221,8 @@ export class SharedRateLimitStore {
     if (!this.available) return
     this.available = false
     this.up.set(0)
-    this.log.warn({ redis: this.address, reason }, 'Redis is unreachable or too slow: rate limits count per instance until it answers again')
+    this.log.warn({ redis: this.address, reason },
+      'Redis is unreachable or too slow: rate limits count per instance until it answers again')
   }
 
   private markAvailable (): void {
