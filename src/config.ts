@@ -4,7 +4,7 @@ import envSchema from 'env-schema'
 import { StartupError } from './startup-error.js'
 
 /** Every environment variable the service reads, with its default. The README's table mirrors this. */
-const EnvSchema = Type.Object({
+export const EnvSchema = Type.Object({
   NODE_ENV: Type.String({ default: 'development' }),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
   DATABASE_DIRECT_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),

@@ -7,6 +7,7 @@ import { parse } from 'yaml'
 import { TEST_KEY, listeningApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
+import { EnvSchema } from '../src/config.js'
 
 /*
  * What the documentation tells a newcomer to copy works as written: the README's
@@ -92,19 +93,9 @@ t.test('the README\'s TypeScript client program runs as written, by its commands
   t.equal(reported, '', 'tsc --strict reports nothing')
 })
 
-/** Every variable of src/config.ts's EnvSchema (one `NAME: Type.…` line each), and its default when it has one. */
-function schemaVariables (source: string): Map<string, string | undefined> {
-  const block = /^const EnvSchema = Type\.Object\(\{\n([\s\S]*?)\n\}\)$/m.exec(source)?.[1]
-  if (block === undefined) throw new Error('src/config.ts has no `const EnvSchema = Type.Object({ ... })` block')
-  return new Map(block.split('\n').map(line => {
-    const name = /^ {2}([A-Z][A-Z0-9_]*): Type\./.exec(line)?.[1]
-    if (name === undefined) throw new Error(`not one variable per line in EnvSchema: ${line}`)
-    const value = /default: (?:'([^']*)'|([^\s,}]+))/.exec(line)
-    return [name, value === null ? undefined : value[1] ?? value[2]]
-  }))
-}
-
-const service = schemaVariables(await readFile('src/config.ts', 'utf8'))
+/** Every variable of src/config.ts's EnvSchema, and its default when it has one. */
+const service = new Map(Object.entries(EnvSchema.properties).map(([name, schema]) =>
+  [name, 'default' in schema ? String(schema.default) : undefined]))
 const otelNamed = async (file: string): Promise<string[]> => (await readFile(file, 'utf8')).match(/\bOTEL_[A-Z0-9]+(?:_[A-Z0-9]+)*\b/g) ?? []
 /** The standard OpenTelemetry variables the service reads or documents. */
 const otel = [...new Set([
