@@ -42,12 +42,7 @@ type Env = Static<typeof EnvSchema>
 
 export type Config = ReturnType<typeof loadConfig>
 
-export class ConfigError extends StartupError {
-  constructor (message: string) {
-    super(message)
-    this.name = 'ConfigError'
-  }
-}
+export class ConfigError extends StartupError { override name = 'ConfigError' }
 
 /** crypto.hash: no Hash object for a digest auth.ts makes per request. */
 export function sha256 (key: string): Buffer {
@@ -58,9 +53,7 @@ export function sha256 (key: string): Buffer {
 function list (name: string, value: string | undefined): string[] {
   if (value === undefined) return []
   const items = value.split(',').map(item => item.trim())
-  if (items.some(item => item === '')) {
-    throw new ConfigError(`${name} contains an empty or blank key; separate keys with single commas`)
-  }
+  if (items.includes('')) throw new ConfigError(`${name} has an empty or blank key; separate keys with single commas`)
   return items
 }
 
@@ -99,20 +92,13 @@ function httpDate (name: string, isoDate: string | undefined): string | undefine
   return date.toUTCString()
 }
 
-function trustProxy (value: boolean | string): boolean | string {
-  if (typeof value === 'boolean') return value
-  if (value === 'true') return true
-  if (value === 'false') return false
-  return value // an address list or CIDR, as Fastify's trustProxy accepts
-}
+// Else an address list or CIDR, as Fastify's trustProxy accepts.
+const trustProxy = (value: boolean | string): boolean | string => value === 'true' || (value !== 'false' && value)
 
 /** The URL is checked here but never quoted: it may hold a password. */
 function redisConfig (env: Env): { url: string, timeoutMs: number } | undefined {
   if (env.REDIS_URL === undefined) return undefined
-  let url: URL | undefined
-  try {
-    url = new URL(env.REDIS_URL)
-  } catch {}
+  const url = URL.canParse(env.REDIS_URL) ? new URL(env.REDIS_URL) : undefined
   if (url === undefined || !['redis:', 'rediss:'].includes(url.protocol) || url.hostname === '') {
     throw new ConfigError('REDIS_URL must be redis://[user:password@]host[:port][/db] (or rediss:// for TLS)')
   }
@@ -123,10 +109,7 @@ function redisConfig (env: Env): { url: string, timeoutMs: number } | undefined 
 function corsOrigins (value: string | undefined): string[] {
   if (value === undefined) return []
   return value.split(',').map(item => item.trim()).map((entry, i) => {
-    let url: URL | undefined
-    try {
-      url = new URL(entry)
-    } catch {}
+    const url = URL.canParse(entry) ? new URL(entry) : undefined
     const origin = url !== undefined && ['http:', 'https:'].includes(url.protocol) ? url.origin : undefined
     if (origin !== entry) {
       const hint = origin === undefined ? '' : ` (did you mean ${origin}?)`
@@ -141,8 +124,7 @@ function corsOrigins (value: string | undefined): string[] {
 export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
   // Empty variables count as unset (deployment tools write them), except key lists: an empty key is an error.
   const keyLists = new Set(['API_KEYS', 'API_KEY_SHA256'])
-  const data = Object.fromEntries(Object.entries(source)
-    .filter(([k, v]) => v !== undefined && (v !== '' || keyLists.has(k))))
+  const data = Object.fromEntries(Object.entries(source).filter(([k, v]) => v !== '' || keyLists.has(k)))
   let env: Env
   try {
     env = envSchema<Env>({ schema: EnvSchema, data, env: false })
@@ -152,13 +134,10 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
   const production = env.NODE_ENV === 'production'
   const digests = apiKeyDigests(env)
   if (production) {
-    const missing = [
-      env.DATABASE_URL === undefined ? 'DATABASE_URL' : undefined,
-      digests.length === 0 ? 'API_KEYS or API_KEY_SHA256' : undefined
-    ].filter(Boolean)
-    if (missing.length > 0) {
-      throw new ConfigError(`NODE_ENV=production requires ${missing.join(' and ')} to be set`)
-    }
+    const missing: string[] = []
+    if (env.DATABASE_URL === undefined) missing.push('DATABASE_URL')
+    if (digests.length === 0) missing.push('API_KEYS or API_KEY_SHA256')
+    if (missing.length > 0) throw new ConfigError(`NODE_ENV=production requires ${missing.join(' and ')} to be set`)
   }
   if (env.DATABASE_DIRECT_URL !== undefined && env.DATABASE_URL === undefined) {
     throw new ConfigError('DATABASE_DIRECT_URL is set without DATABASE_URL; set DATABASE_URL too (the pool uses it)')
@@ -175,10 +154,8 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
     trustProxy: trustProxy(env.TRUST_PROXY),
     dataDir: env.DATA_DIR,
     db: {
-      poolMax: env.DB_POOL_MAX,
-      connectionTimeoutMs: env.DB_CONNECTION_TIMEOUT_MS,
-      statementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS,
-      maxWaiting: env.DB_POOL_MAX_WAITING
+      poolMax: env.DB_POOL_MAX, connectionTimeoutMs: env.DB_CONNECTION_TIMEOUT_MS,
+      statementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS, maxWaiting: env.DB_POOL_MAX_WAITING
     },
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     requestTimeoutMs: env.REQUEST_TIMEOUT_MS,
@@ -186,15 +163,11 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
     headersTimeoutMs: Math.min(env.HEADERS_TIMEOUT_MS, env.REQUEST_TIMEOUT_MS),
     maxHeaderBytes: env.MAX_HEADER_BYTES,
     rateLimit: {
-      authFailures: env.RATE_LIMIT_AUTH_FAILURES,
-      windowMs: env.RATE_LIMIT_WINDOW_MS,
+      authFailures: env.RATE_LIMIT_AUTH_FAILURES, windowMs: env.RATE_LIMIT_WINDOW_MS,
       perKeyPerMinute: env.RATE_LIMIT_PER_KEY_PER_MINUTE
     },
     redis: redisConfig(env),
-    shutdown: {
-      drainMs: env.SHUTDOWN_DRAIN_MS ?? (production ? 5000 : 0),
-      timeoutMs: env.SHUTDOWN_TIMEOUT_MS
-    },
+    shutdown: { drainMs: env.SHUTDOWN_DRAIN_MS ?? (production ? 5000 : 0), timeoutMs: env.SHUTDOWN_TIMEOUT_MS },
     metrics: { port: env.METRICS_PORT, host: env.METRICS_HOST },
     corsOrigins: corsOrigins(env.CORS_ORIGINS)
   }
