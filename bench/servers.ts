@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import pg from 'pg'
-import { freePort, startEmbeddedPostgres } from '../src/embedded/postgres.js'
+import { freePort, startEmbeddedPostgres } from '@petstore/embedded-postgres'
 import type { LoadMessage, LoadResult, LoadSpec } from './load.js'
 import { benchServiceNodeArgs } from './start-command.js'
 import { ensureWrk, wrkLoadGenerator } from './wrk.js'
@@ -76,9 +76,9 @@ export async function startPostgres (): Promise<Postgres> {
     })
     adminUrl = embedded.url
     urlFor = embedded.urlFor
-    // destroy() also removes a cluster that lives outside workDir (as root, src/embedded/postgres.ts puts it where its `postgres` user can reach); BENCH_KEEP keeps it.
+    // destroy() also removes a cluster that lives outside workDir (as root, packages/embedded-postgres puts it where its `postgres` user can reach); BENCH_KEEP keeps it.
     stopEmbedded = process.env.BENCH_KEEP === '1' ? embedded.stop : embedded.destroy
-    source = 'embedded PostgreSQL (src/embedded/postgres.ts) in a temporary directory'
+    source = 'embedded PostgreSQL (packages/embedded-postgres) in a temporary directory'
     postmasterPid = embedded.pid
   } else {
     const base = adminUrl

@@ -5,7 +5,7 @@
 //        postgres://postgres@127.0.0.1:5432/postgres). Exit 3 when that server does not answer.
 //   node scripts/test-postgres.mjs drop URL       -> drops the database in URL (best effort)
 //   node --import tsx scripts/test-postgres.mjs embedded DIR PORT
-//        -> runs the embedded PostgreSQL (src/embedded/postgres.ts) in DIR on 127.0.0.1:PORT, prints
+//        -> runs the embedded PostgreSQL (@petstore/embedded-postgres) in DIR on 127.0.0.1:PORT, prints
 //           "ready URL" on stdout once it accepts connections, stops it on SIGTERM/SIGINT.
 import process from 'node:process'
 import pg from 'pg'
@@ -57,9 +57,9 @@ async function drop (dbUrl) {
 }
 
 async function embedded (dir, port) {
-  // The service's own embedded PostgreSQL (src/embedded/postgres.ts, hence `node --import tsx`): it runs
-  // as any user in any directory and never writes its password where another user can read it.
-  const { startEmbeddedPostgres } = await import('../src/embedded/postgres.js')
+  // The service's own embedded PostgreSQL (packages/embedded-postgres): it runs as any user in any
+  // directory and never writes its password where another user can read it.
+  const { startEmbeddedPostgres } = await import('@petstore/embedded-postgres')
   const server = await startEmbeddedPostgres({ dir, port: Number(port) })
   let stopping = false
   const stop = async () => {

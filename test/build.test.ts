@@ -17,7 +17,7 @@ t.test('the build compiles once, leaves an up-to-date dist/ untouched, and compi
   await mkdir(path.join(repo, '.cache'), { recursive: true })
   const copy = await mkdtemp(path.join(repo, '.cache', 'build-'))
   t.teardown(async () => { await rm(copy, { recursive: true, force: true }) })
-  for (const entry of ['src', 'clients', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) await cp(path.join(repo, entry), path.join(copy, entry), { recursive: true })
+  for (const entry of ['src', 'clients', 'packages', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) await cp(path.join(repo, entry), path.join(copy, entry), { recursive: true })
   await symlink(path.join(repo, 'node_modules'), path.join(copy, 'node_modules'))
   const build = async (): Promise<void> => { await run('npm', ['run', 'build', '--silent'], { cwd: copy }) }
   const builtAt = async (): Promise<number> => (await stat(path.join(copy, 'dist', 'server.js'))).mtimeMs

@@ -4,7 +4,7 @@ import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t from 'tap'
-import { startEmbeddedPostgres, type EmbeddedDatabase } from '../src/embedded/postgres.js'
+import { startEmbeddedPostgres, type EmbeddedDatabase } from '@petstore/embedded-postgres'
 import { freePort } from './helpers/ports.js'
 import { AUTH, testApp } from './helpers/app.js'
 

@@ -44,7 +44,7 @@ async function freshCheckout (t: Test): Promise<string> {
   const copy = await mkdtemp(path.join(repo, '.cache', 'fresh-checkout-'))
   t.teardown(async () => { await rm(copy, { recursive: true, force: true }) })
   const unbuilt = (source: string): boolean => !['dist', 'node_modules'].includes(path.basename(source))
-  for (const entry of ['src', 'clients', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) {
+  for (const entry of ['src', 'clients', 'packages', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) {
     await cp(path.join(repo, entry), path.join(copy, entry), { recursive: true, filter: unbuilt })
   }
   const modules = path.join(repo, 'node_modules')

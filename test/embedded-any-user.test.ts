@@ -3,8 +3,7 @@ import { chmod, chown, cp, mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/pr
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import t from 'tap'
-import { isAlive } from '../src/embedded/data-dir.js'
-import { ROOT_STATE_DIR } from '../src/embedded/postgres.js'
+import { isAlive, ROOT_STATE_DIR } from '@petstore/embedded-postgres'
 import { startServer } from './helpers/server-process.js'
 
 /*
@@ -28,7 +27,7 @@ async function privateCheckout (owner?: { uid: number, gid: number }): Promise<s
   t.teardown(async () => { await rm(outer, { recursive: true, force: true }) })
   const app = path.join(outer, 'app')
   await mkdir(app)
-  for (const entry of ['src', 'migrations', 'package.json', 'tsconfig.json']) await cp(path.join(repo, entry), path.join(app, entry), { recursive: true })
+  for (const entry of ['src', 'packages', 'migrations', 'package.json', 'tsconfig.json']) await cp(path.join(repo, entry), path.join(app, entry), { recursive: true })
   const sameFileSystem = (await stat(repo)).dev === (await stat(outer)).dev
   execFileSync('cp', [sameFileSystem ? '-al' : '-a', path.join(repo, 'node_modules'), path.join(app, 'node_modules')])
   if (owner !== undefined) {

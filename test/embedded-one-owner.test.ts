@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { isAlive, lockDataDir } from '../src/embedded/data-dir.js'
+import { isAlive, lockDataDir } from '@petstore/embedded-postgres'
 import { freePort } from './helpers/ports.js'
 import { startServer, type ServerProcess } from './helpers/server-process.js'
 
@@ -167,7 +167,7 @@ t.test('a postgres that no petstore lock names is not ours to stop: the start re
 t.test('the lock: refused while its owner lives, taken over once it is gone or its pid was reused', async t => {
   const dir = await dataDir()
   const lock = await lockDataDir(dir, 'http://127.0.0.1:1')
-  await t.rejects(lockDataDir(dir), { name: 'StartupError', message: `DATA_DIR ${dir} is in use by another petstore process (pid ${process.pid}, http://127.0.0.1:1)` })
+  await t.rejects(lockDataDir(dir), { name: 'EmbeddedPostgresError', message: `DATA_DIR ${dir} is in use by another petstore process (pid ${process.pid}, http://127.0.0.1:1)` })
   await lock.release()
   const again = await lockDataDir(dir)
   t.equal(again.previous, undefined, 'a released lock leaves nothing behind')

@@ -4,7 +4,7 @@ import path from 'node:path'
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { LISTENER_APPLICATION_NAME } from '../src/machinery/change-feed.js'
-import { SERVICE_ROLE } from '../src/embedded/postgres.js'
+import { SERVICE_ROLE } from '@petstore/embedded-postgres'
 import { startServer, type ServerProcess } from './helpers/server-process.js'
 
 /*

