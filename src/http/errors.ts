@@ -114,7 +114,8 @@ Record<number, ErrorResponse> {
   return Object.fromEntries(statuses.map(status => {
     const [description, message] = RESPONSES[status]
     const example = examples[status] ?? message
-    const shown = typeof example === 'string' ? { example: { code: ErrorCodes[status], message: example, status } }
+    const shown = typeof example === 'string'
+      ? { example: { code: ErrorCodes[status], message: example, status } }
       : { examples: Object.fromEntries(example.map(({ summary, body }) => [body.code, { summary, value: body }])) }
     return [status, { description, content: { 'application/json': { schema: ref(ErrorSchema), ...shown } } }]
   }))
