@@ -154,8 +154,10 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
     trustProxy: trustProxy(env.TRUST_PROXY),
     dataDir: env.DATA_DIR,
     db: {
-      poolMax: env.DB_POOL_MAX, connectionTimeoutMs: env.DB_CONNECTION_TIMEOUT_MS,
-      statementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS, maxWaiting: env.DB_POOL_MAX_WAITING
+      poolMax: env.DB_POOL_MAX,
+      connectionTimeoutMs: env.DB_CONNECTION_TIMEOUT_MS,
+      statementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS,
+      maxWaiting: env.DB_POOL_MAX_WAITING
     },
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     requestTimeoutMs: env.REQUEST_TIMEOUT_MS,
@@ -163,7 +165,8 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
     headersTimeoutMs: Math.min(env.HEADERS_TIMEOUT_MS, env.REQUEST_TIMEOUT_MS),
     maxHeaderBytes: env.MAX_HEADER_BYTES,
     rateLimit: {
-      authFailures: env.RATE_LIMIT_AUTH_FAILURES, windowMs: env.RATE_LIMIT_WINDOW_MS,
+      authFailures: env.RATE_LIMIT_AUTH_FAILURES,
+      windowMs: env.RATE_LIMIT_WINDOW_MS,
       perKeyPerMinute: env.RATE_LIMIT_PER_KEY_PER_MINUTE
     },
     redis: redisConfig(env),
