@@ -62,6 +62,7 @@ export async function testDatabase (t: Teardown): Promise<TestDatabase> {
   await onServer(server.url, [`CREATE ROLE ${role.name} LOGIN PASSWORD '${role.password}'`])
   const created: string[] = []
   let closed = false
+  let closing: Promise<void> | undefined
   const dropAll = async (): Promise<void> => {
     await onServer(server.url, [...created.map(name => `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`), `DROP ROLE IF EXISTS ${role.name}`])
   }
@@ -70,7 +71,8 @@ export async function testDatabase (t: Teardown): Promise<TestDatabase> {
     // A file that awaits testDatabase(t) after starting a subtest can end before it resolves (tap then drops its
     // later subtests): once the teardown has run, nothing would drop a database made now.
     const ended = new Error(`${name}: the test ended before its database was ready: await testDatabase(t) before the file's first subtest`)
-    if (closed) throw ended
+    // The teardown may still be dropping the role: the caller finds nothing left behind once this throws.
+    if (closed) { await closing?.catch(() => {}); throw ended }
     await onServer(server.url, [`CREATE DATABASE ${name} OWNER ${role.name}`])
     if (closed) {
       await onServer(server.url, [`DROP DATABASE ${name}`, `DROP ROLE IF EXISTS ${role.name}`]).catch(() => {})
@@ -81,13 +83,10 @@ export async function testDatabase (t: Teardown): Promise<TestDatabase> {
   }
   const adminUrlFor = (url: string): string => withDatabase(server.url, new URL(url).pathname.slice(1))
   const close = async (): Promise<void> => {
-    if (closed) return
+    if (closed) return await closing
     closed = true
-    try {
-      await dropAll()
-    } finally {
-      await server.stop()
-    }
+    closing = dropAll().finally(async () => { await server.stop() })
+    await closing
   }
   t.teardown(close)
   const url = await createDatabase()
