@@ -9,7 +9,8 @@ const CANDIDATES = [...METHODS.filter(m => m !== 'OPTIONS' && m !== 'CONNECT' &&
 /** A known path with another method is 405 with Allow, not 404: in onRequest, after auth, before the body. */
 async function methodNotAllowed (app: FastifyInstance): Promise<void> {
   app.addHook('onRequest', function methodNotAllowed (request, _reply, done) {
-    if (!request.is404 && request.routeOptions.url !== '*') {
+    // Only the 404 handler and @fastify/cors's OPTIONS catch-all ('*') can be a 405; is404 reads no route options.
+    if (!request.is404 && (request.method !== 'OPTIONS' || request.routeOptions.url !== '*')) {
       done()
       return
     }
