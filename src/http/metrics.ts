@@ -40,7 +40,8 @@ async function metrics (app: FastifyInstance): Promise<void> {
   app.addHook('onResponse', function requestCompleted (request, reply, done) {
     const ms = reply.elapsedTime
     const status = reply.statusCode
-    child(request.is404 ? 'unmatched' : request.routeOptions.url ?? 'unmatched', request.method, status).observe(ms / 1000)
+    const route = request.is404 ? 'unmatched' : request.routeOptions.url ?? 'unmatched'
+    child(route, request.method, status).observe(ms / 1000)
     const level = status >= 400 || ms >= SLOW_REQUEST_MS ? 'info' : 'debug'
     request.log[level]({ req: request, statusCode: status, ms: Math.round(ms) }, 'request completed')
     done()
