@@ -38,11 +38,7 @@ export function negotiateEncoding (header: string | undefined): ListEncoding | u
 /** Keeps what other parts of the app (CORS: Origin) put in Vary. */
 export function addVary (reply: FastifyReply, field: string): void {
   const current = reply.getHeader('vary')
-  if (current === undefined) {
-    reply.header('vary', field)
-    return
-  }
-  const value = Array.isArray(current) ? current.join(', ') : String(current)
+  const value = Array.isArray(current) ? current.join(', ') : current === undefined ? '' : String(current)
   if (value.split(',').some(name => name.trim().toLowerCase() === field.toLowerCase() || name.trim() === '*')) return
   reply.header('vary', value === '' ? field : `${value}, ${field}`)
 }
