@@ -40,23 +40,23 @@ const settings = {
 
 /**
  * The service's per-request parts, by the JavaScript function (file and name, as --perf-basic-prof writes them)
- * nearest the sampled frame. A hook's own continuation (Fastify's `next`, which runs the following hook or the
- * handler) is not the hook's: a sample under it goes to whatever part is below.
+ * nearest the sampled frame. What a hook's `done` runs next (the following hook, the handler, the write: V8 may
+ * inline Fastify's `next` into the hook) is not the hook's: Fastify's continuation frames end the search.
  */
 const HOOK_PARTS: Array<[string, RegExp]> = [
-  ['Fastify: the hook runner continues (next)', /^JS:\S+ next .*fastify\/lib\/hooks\.js/],
-  ['onRequest httpRules (protocol.ts)', /^JS:\S+ httpRules /],
-  ['onRequest refuseRepeatedHeaders (singleton-headers.ts)', /^JS:\S+ refuseRepeatedHeaders /],
-  ['onRequest access (auth.ts: bearer-auth, SHA-256, limits)', /^JS:\S+ access .*dist\/http\/auth\.js/],
-  ['onRequest methodNotAllowed (method-not-allowed.ts)', /^JS:\S+ methodNotAllowed /],
-  ['onSend responseHeaders (lifecycle.ts)', /^JS:\S+ responseHeaders /],
-  ['onResponse requestCompleted (metrics.ts: histogram, access log)', /^JS:\S+ requestCompleted .*dist\/http\/metrics\.js/],
-  ['genReqId requestId (lifecycle.ts)', /^JS:\S+ requestId .*dist\/http\/lifecycle\.js/],
-  ['rewriteUrl originForm (protocol.ts)', /^JS:\S+ originForm /],
-  ["'request' listener: the connection's latest response (protocol.ts)", /^JS:\S+ \S*dist\/http\/protocol\.js:\d+/],
-  ['Fastify: the per-request child logger (pino)', /^JS:\S+ createChildLogger /],
-  ['Fastify: sending (Reply.send and below)', /^JS:\S+ Reply\.send /],
-  ['handler sendResourceList and the list cache read (replies.ts, src/machinery)', /^JS:\S+ (sendResourceList|list|read) .*dist\/(http\/replies|machinery)/]
+  ['Fastify: the hook runner continues', /^JS:\W?(next|hookIterator|onResponseHookIterator|onResponseCallback|runPreParsing|handleRequest|preHandlerCallback|wrapOnSendEnd) .*fastify\/lib\//],
+  ['Fastify: sending and writing the response', /^JS:\W?(Reply\.send|onSendEnd) /],
+  ['onRequest httpRules (protocol.ts)', /^JS:\W?httpRules /],
+  ['onRequest refuseRepeatedHeaders (singleton-headers.ts)', /^JS:\W?refuseRepeatedHeaders /],
+  ['onRequest access (auth.ts: bearer-auth, SHA-256, limits)', /^JS:\W?access .*dist\/http\/auth\.js/],
+  ['onRequest methodNotAllowed (method-not-allowed.ts)', /^JS:\W?methodNotAllowed /],
+  ['onSend responseHeaders (lifecycle.ts)', /^JS:\W?responseHeaders /],
+  ['onResponse requestCompleted (metrics.ts: histogram, access log)', /^JS:\W?requestCompleted .*dist\/http\/metrics\.js/],
+  ['genReqId requestId (lifecycle.ts)', /^JS:\W?requestId .*dist\/http\/lifecycle\.js/],
+  ['rewriteUrl originForm (protocol.ts)', /^JS:\W?originForm /],
+  ["'request' listener: the connection's latest response (protocol.ts)", /^JS:\W? \S*dist\/http\/protocol\.js:\d+/],
+  ['Fastify: the per-request child logger (pino)', /^JS:\W?createChildLogger /],
+  ['handler sendResourceList and the list cache read (replies.ts, src/machinery)', /^JS:\W?(sendResourceList|list|read) .*dist\/(http\/replies|machinery)/]
 ]
 
 /** Samples by part of HOOK_PARTS (call chains from `perf script`, leaf first); the rest as "everything else". */
@@ -70,7 +70,7 @@ function readHookParts (file: string): Map<string, number> {
     for (const frame of frames) {
       const found = HOOK_PARTS.find(([, pattern]) => pattern.test(frame))
       if (found !== undefined) {
-        part = found[0].startsWith('Fastify: the hook runner') ? 'everything else' : found[0]
+        part = found[0] === 'Fastify: the hook runner continues' ? 'everything else' : found[0]
         break
       }
     }
