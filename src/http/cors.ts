@@ -25,8 +25,8 @@ async function corsOrigins (app: FastifyInstance, { origins }: { origins: string
   // The plugin answered allowed origins' preflights: one here is another origin's, 204 without
   // Access-Control-Allow-*, so the browser blocks the page's request.
   app.addHook('onRequest', function refusedPreflight (request, reply, done) {
-    const { origin, 'access-control-request-method': asked } = request.headers
-    if (request.method !== 'OPTIONS' || origin === undefined || asked === undefined) {
+    const { method, headers: h } = request
+    if (method !== 'OPTIONS' || h.origin === undefined || h['access-control-request-method'] === undefined) {
       done()
       return
     }
