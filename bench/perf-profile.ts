@@ -33,7 +33,50 @@ const settings = {
   frequency: numberFromEnv('PERF_FREQUENCY', 1999),
   outDir: path.resolve(process.env.PERF_OUT ?? path.join(ROOT, 'bench', '.tmp', 'perf')),
   servers: (process.env.PERF_SERVERS ?? 'raw,service').split(',').filter(s => s !== '') as ServerKind[],
-  scenarios: (process.env.PERF_SCENARIOS ?? 'etag,get100').split(',').filter(s => s !== '')
+  scenarios: (process.env.PERF_SCENARIOS ?? 'etag,get100').split(',').filter(s => s !== ''),
+  /** PERF_HOOKS=1: call chains too (perf record -g), and the µs of every per-request hook, its callees included. */
+  hooks: process.env.PERF_HOOKS === '1'
+}
+
+/**
+ * The service's per-request parts, by the JavaScript function (file and name, as --perf-basic-prof writes them)
+ * nearest the sampled frame. What a hook's `done` runs next (the following hook, the handler, the write: V8 may
+ * inline Fastify's `next` into the hook) is not the hook's: Fastify's continuation frames end the search.
+ */
+const HOOK_PARTS: Array<[string, RegExp]> = [
+  ['Fastify: the hook runner continues', /^JS:\W?(next|hookIterator|onResponseHookIterator|onResponseCallback|runPreParsing|handleRequest|preHandlerCallback|wrapOnSendEnd) .*fastify\/lib\//],
+  ['Fastify: sending and writing the response', /^JS:\W?(Reply\.send|onSendEnd) /],
+  ['onRequest httpRules (protocol.ts)', /^JS:\W?httpRules /],
+  ['onRequest refuseRepeatedHeaders (singleton-headers.ts)', /^JS:\W?refuseRepeatedHeaders /],
+  ['onRequest access (auth.ts: bearer-auth, SHA-256, limits)', /^JS:\W?access .*dist\/http\/auth\.js/],
+  ['onRequest methodNotAllowed (method-not-allowed.ts)', /^JS:\W?methodNotAllowed /],
+  ['onSend responseHeaders (lifecycle.ts)', /^JS:\W?responseHeaders /],
+  ['onResponse requestCompleted (metrics.ts: histogram, access log)', /^JS:\W?requestCompleted .*dist\/http\/metrics\.js/],
+  ['genReqId requestId (lifecycle.ts)', /^JS:\W?requestId .*dist\/http\/lifecycle\.js/],
+  ['rewriteUrl originForm (protocol.ts)', /^JS:\W?originForm /],
+  ["'request' listener: the connection's latest response (protocol.ts)", /^JS:\W? \S*dist\/http\/protocol\.js:\d+/],
+  ['Fastify: the per-request child logger (pino)', /^JS:\W?createChildLogger /],
+  ['handler sendResourceList and the list cache read (replies.ts, src/machinery)', /^JS:\W?(sendResourceList|list|read) .*dist\/(http\/replies|machinery)/]
+]
+
+/** Samples by part of HOOK_PARTS (call chains from `perf script`, leaf first); the rest as "everything else". */
+function readHookParts (file: string): Map<string, number> {
+  const text = execFileSync('perf', ['script', '-i', file, '-F', 'ip,sym'], { encoding: 'utf8', maxBuffer: 1024 * 1024 * 1024, stdio: ['ignore', 'pipe', 'ignore'] })
+  const parts = new Map<string, number>()
+  for (const sample of text.split('\n\n')) {
+    const frames = sample.split('\n').map(line => line.trim().replace(/^[0-9a-f]+ /, '')).filter(f => f !== '')
+    if (frames.length === 0) continue
+    let part = 'everything else'
+    for (const frame of frames) {
+      const found = HOOK_PARTS.find(([, pattern]) => pattern.test(frame))
+      if (found !== undefined) {
+        part = found[0] === 'Fastify: the hook runner continues' ? 'everything else' : found[0]
+        break
+      }
+    }
+    parts.set(part, (parts.get(part) ?? 0) + 1)
+  }
+  return parts
 }
 
 const TITLES: Record<string, string> = { get100: 'GET list, 100 rows', etag: 'GET with If-None-Match (304)' }
@@ -42,7 +85,7 @@ type Part = typeof PARTS[number]
 
 const log = (message: string): void => { process.stderr.write(`[perf] ${message}\n`) }
 
-interface Sample { server: ServerKind, round: number, scenario: string, rps: number, requests: number, report: Report }
+interface Sample { server: ServerKind, round: number, scenario: string, rps: number, requests: number, report: Report, hooks?: Map<string, number> }
 
 function partOf (dso: string): Part {
   if (dso === '[kernel.kallsyms]') return 'kernel'
@@ -85,7 +128,7 @@ function ensurePerf (): void {
 
 /** Records the process for the measured window; resolves when perf has written its file. */
 async function record (pid: number, file: string, seconds: number): Promise<void> {
-  const perf = spawn('perf', ['record', '-F', String(settings.frequency), '-p', String(pid), '-o', file, '--', 'sleep', String(seconds)], { stdio: ['ignore', 'ignore', 'pipe'] })
+  const perf = spawn('perf', ['record', '-F', String(settings.frequency), ...(settings.hooks ? ['-g'] : []), '-p', String(pid), '-o', file, '--', 'sleep', String(seconds)], { stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
   perf.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
   const [code] = await once(perf, 'exit') as [number | null]
@@ -119,7 +162,7 @@ async function main (): Promise<void> {
             })
             if (recording === undefined) throw new Error('the load generator never began its measured window')
             await recording
-            samples.push({ server: kind, round, scenario, rps: result.rps, requests: result.rps * Math.max(1, settings.durationS - 0.5), report: readReport(file) })
+            samples.push({ server: kind, round, scenario, rps: result.rps, requests: result.rps * Math.max(1, settings.durationS - 0.5), report: readReport(file), ...(settings.hooks && kind !== 'raw' ? { hooks: readHookParts(file) } : {}) })
             log(`${kind} ${scenario} process ${round}: ${Math.round(result.rps)} req/s`)
           }
         } finally {
@@ -155,6 +198,14 @@ async function main (): Promise<void> {
         report.push(`${kind}, process ${r.round} (${mine.length > 1 && r === mine[0] ? 'cheapest' : mine.length > 1 ? 'dearest' : 'only'}), top symbols by self time:`, '', '| symbol | µs/request |', '|---|---:|',
           ...top.map(([name, n]) => `| ${name.replaceAll('|', '\\|').slice(0, 100)} | ${(n * usPerSample / r.requests).toFixed(3)} |`), '')
       }
+    }
+  }
+  if (settings.hooks) {
+    report.push('## Per-request parts, callees (native code and kernel) included', '', 'µs of CPU per request, each process of each server and scenario; "everything else" is Node\'s HTTP, Fastify\'s own work, GC and the kernel outside these calls.', '')
+    for (const r of samples.filter(s => s.hooks !== undefined)) {
+      const hooks = r.hooks as Map<string, number>
+      report.push(`${r.server}, ${TITLES[r.scenario] ?? r.scenario}, process ${r.round}: ${(r.report.total * usPerSample / r.requests).toFixed(2)} µs/request`, '', '| part | µs/request |', '|---|---:|',
+        ...[...hooks].sort((a, b) => b[1] - a[1]).map(([name, n]) => `| ${name} | ${(n * usPerSample / r.requests).toFixed(2)} |`), '')
     }
   }
   await publishReport(settings.outDir, 'perf.md', report, log)

@@ -7,18 +7,9 @@ export const CORS_METHODS = ['GET', 'HEAD', 'POST']
 const ALLOWED_HEADERS = ['Authorization', 'Content-Type', 'Idempotency-Key', 'If-None-Match', 'X-Request-Id']
 const EXPOSED_HEADERS = ['ETag', 'Location', 'Retry-After', 'RateLimit', 'RateLimit-Policy', 'X-Request-Id',
   'Deprecation', 'Sunset']
-// Chromium caps it at 2 hours.
-const PREFLIGHT_MAX_AGE_S = 600
 
-function isPreflight (method: string, headers: Record<string, unknown>): boolean {
-  return method === 'OPTIONS' && headers.origin !== undefined && headers['access-control-request-method'] !== undefined
-}
-
-/**
- * @fastify/cors's onRequest hook runs before auth and the rate limits, so that a page can read every Error body, and a
- * preflight (which never carries a key) counts neither as a failed authentication nor toward a key's limit.
- * With no origins configured, responses carry no CORS headers.
- */
+// Registered before auth and the rate limits: a page can read every Error body, and a preflight (which never carries
+// a key) counts neither as a failed authentication nor toward a key's limit. No origins: no CORS headers, no hook.
 async function corsOrigins (app: FastifyInstance, { origins }: { origins: string[] }): Promise<void> {
   if (origins.length === 0) return
   const allowed = new Set(origins)
@@ -27,14 +18,15 @@ async function corsOrigins (app: FastifyInstance, { origins }: { origins: string
     methods: CORS_METHODS,
     allowedHeaders: ALLOWED_HEADERS,
     exposedHeaders: EXPOSED_HEADERS,
-    maxAge: PREFLIGHT_MAX_AGE_S,
+    maxAge: 600, // Chromium caps it at 2 hours
     // Any OPTIONS from an allowed origin is a preflight: 204, never the plugin's plain-text 400.
     strictPreflight: false
   })
   // The plugin answered allowed origins' preflights: one here is another origin's, 204 without
   // Access-Control-Allow-*, so the browser blocks the page's request.
   app.addHook('onRequest', function refusedPreflight (request, reply, done) {
-    if (!isPreflight(request.method, request.headers)) {
+    const { method, headers: h } = request
+    if (method !== 'OPTIONS' || h.origin === undefined || h['access-control-request-method'] === undefined) {
       done()
       return
     }

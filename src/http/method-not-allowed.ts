@@ -6,10 +6,11 @@ import { ApiError } from './errors.js'
 // OPTIONS is only @fastify/cors's catch-all; CONNECT never reaches the router. HEAD last.
 const CANDIDATES = [...METHODS.filter(m => m !== 'OPTIONS' && m !== 'CONNECT' && m !== 'HEAD'), 'HEAD']
 
-/** A known path with another method is 405 with Allow, not 404: in onRequest, after auth, before the body. */
+// A known path with another method is 405 with Allow, not 404: in onRequest, after auth, before the body. Only the
+// 404 handler and @fastify/cors's OPTIONS '*' can be one; is404 first, since routeOptions builds an object per call.
 async function methodNotAllowed (app: FastifyInstance): Promise<void> {
   app.addHook('onRequest', function methodNotAllowed (request, _reply, done) {
-    if (!request.is404 && request.routeOptions.url !== '*') {
+    if (!request.is404 && (request.method !== 'OPTIONS' || request.routeOptions.url !== '*')) {
       done()
       return
     }
