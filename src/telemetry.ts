@@ -1,4 +1,6 @@
-import type { IncomingMessage } from 'node:http'
+import { subscribe } from 'node:diagnostics_channel'
+import type { Span } from '@opentelemetry/api'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { SpanProcessor } from '@opentelemetry/sdk-trace'
 
 /**
@@ -29,6 +31,51 @@ function isProbe (url: string | undefined): boolean {
 export interface Telemetry { shutdown: () => Promise<void> }
 
 /**
+ * The server span of every request to every Fastify instance, made in its first onRequest hook: it continues an
+ * incoming traceparent, and the rest of the request runs in its context. A request the sampler leaves out runs with
+ * no span in its context, so @fastify/otel (ignorePaths below), pg and ioredis (requireParentSpan) do nothing for it.
+ */
+async function traceServerSpans (): Promise<void> {
+  const [{ context, propagation, trace, ROOT_CONTEXT, SpanKind, SpanStatusCode }, { setRPCMetadata, RPCType }] =
+    await Promise.all([import('@opentelemetry/api'), import('@opentelemetry/core')])
+  const tracer = trace.getTracer('petstore')
+  const spans = new WeakMap<FastifyRequest, Span>()
+  subscribe('fastify.initialization', message => {
+    const { fastify } = message as { fastify: FastifyInstance }
+    fastify.addHook('onRequest', (request, _reply, done) => {
+      const parent = propagation.extract(ROOT_CONTEXT, request.headers)
+      const route = request.routeOptions.url
+      const span = isProbe(request.url) ? undefined : tracer.startSpan(route === undefined ? request.method : `${request.method} ${route}`, { kind: SpanKind.SERVER }, parent)
+      if (span?.isRecording() !== true) { done(); return }
+      const query = request.url.indexOf('?')
+      span.setAttributes({
+        'http.request.method': request.method,
+        'url.scheme': request.protocol,
+        'url.path': query < 0 ? request.url : request.url.slice(0, query),
+        // The API takes no query string; one sent anyway might hold a key, as the log lines assume.
+        ...(query < 0 ? {} : { 'url.query': '[redacted]' }),
+        ...(route === undefined ? {} : { 'http.route': route }),
+        'network.protocol.version': request.raw.httpVersion,
+        'client.address': request.ip,
+        'user_agent.original': request.headers['user-agent'] ?? ''
+      })
+      spans.set(request, span)
+      // The RPC metadata tells @fastify/otel a server span exists, so its request span is an internal one under it.
+      context.with(setRPCMetadata(trace.setSpan(parent, span), { type: RPCType.HTTP, span }), done)
+    })
+    fastify.addHook('onResponse', (request, reply, done) => {
+      const span = spans.get(request)
+      if (span !== undefined) {
+        span.setAttribute('http.response.status_code', reply.statusCode)
+        if (reply.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR })
+        span.end()
+      }
+      done()
+    })
+  })
+}
+
+/**
  * Starts the SDK: the exporter, sampler, propagators and resource from OTEL_*
  * (service.name defaults to petstore); `spanProcessors` replaces the exporter (tests).
  */
@@ -38,28 +85,23 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
   const [{ register }, { createAddHookMessageChannel }] = await Promise.all([import('node:module'), import('import-in-the-middle')])
   const { registerOptions, waitForAllMessagesAcknowledged } = createAddHookMessageChannel()
   register('import-in-the-middle/hook.mjs', import.meta.url, registerOptions)
-  const [{ NodeSDK }, { HttpInstrumentation }, { PgInstrumentation }, { IORedisInstrumentation }, { FastifyOtelInstrumentation }] = await Promise.all([
+  const [{ NodeSDK }, { PgInstrumentation }, { IORedisInstrumentation }, { FastifyOtelInstrumentation }, { trace }] = await Promise.all([
     import('@opentelemetry/sdk-node'),
-    import('@opentelemetry/instrumentation-http'),
     import('@opentelemetry/instrumentation-pg'),
     import('@opentelemetry/instrumentation-ioredis'),
-    import('@fastify/otel')
+    import('@fastify/otel'),
+    import('@opentelemetry/api')
   ])
+  // Before @fastify/otel subscribes to the same channel: the server span's hook must run first.
+  await traceServerSpans()
   const env = process.env
   const namedElsewhere = (env.OTEL_SERVICE_NAME ?? '') !== '' || /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? '')
   const sdk = new NodeSDK({
     ...(namedElsewhere ? {} : { serviceName: 'petstore' }),
     ...(options.spanProcessors === undefined ? {} : { spanProcessors: options.spanProcessors }),
+    // Traces only: the SDK would otherwise export OTLP metrics by default, a histogram update per query.
+    metricReaders: [],
     instrumentations: [
-      new HttpInstrumentation({
-        ignoreIncomingRequestHook: (request: IncomingMessage) => isProbe(request.url),
-        // Outgoing requests: only the exporter's own, which must not trace themselves.
-        disableOutgoingRequestInstrumentation: true,
-        // The API takes no query string; one sent anyway might hold a key, as the log lines assume.
-        requestHook: (span, request) => {
-          if ('url' in request && request.url?.includes('?') === true) span.setAttribute('url.query', '[redacted]')
-        }
-      }),
       // Statement text only (enhancedDatabaseReporting off: no parameter values), and only inside a request.
       new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false }),
       // Command names only: the default would record EVALSHA's arguments, the rate-limit keys (client addresses).
@@ -69,7 +111,10 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
         // Request and handler spans, not one per hook: a span per onRequest/onSend/onResponse hook
         // would be most of the spans, and of their cost (bench/README.md), and say little.
         instrumentHooks: false,
-        ignorePaths: (route: { url: string }) => isProbe(route.url),
+        // Asked per route ({ handler, … }) and per request ({ url, method }): a request without a server span is
+        // a probe or one the sampler left out.
+        ignorePaths: (route: { url: string, handler?: unknown }) =>
+          isProbe(route.url) || (route.handler === undefined && trace.getActiveSpan() === undefined),
         requestHook: (span, request) => { if (request.url.includes('?')) span.setAttribute('url.path', request.url.split('?')[0] ?? '') }
       })
     ]
