@@ -33,8 +33,8 @@ async function main (): Promise<void> {
     `OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:${sinkPort} OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_TRACES_SAMPLER=${sampler}`
   const variants = [
     { label: 'off', env: '' },
-    { label: 'drop', env: traced('parentbased_always_on OTEL_BSP_MAX_QUEUE_SIZE=1 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=1 OTEL_BSP_SCHEDULE_DELAY=600000') },
-    { label: '100 %', env: traced('parentbased_always_on') }
+    { label: '0.1 %', env: traced('parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.001') },
+    { label: '0 %', env: traced('always_off') }
   ]
   const servers: Array<{ label: string, server: RunningServer, databaseUrl: string }> = []
   const results = new Map<string, { rps: number[], perCpu: number[] }>()

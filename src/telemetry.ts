@@ -1,17 +1,14 @@
 import { subscribe } from 'node:diagnostics_channel'
-import type { Span } from '@opentelemetry/api'
+import { context, propagation, trace, ROOT_CONTEXT, SpanKind, SpanStatusCode, type Span } from '@opentelemetry/api'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { SpanProcessor } from '@opentelemetry/sdk-trace'
 
 /**
- * OpenTelemetry tracing, configured only by the standard OTEL_* variables. Loaded
- * before the service (`node --import ./dist/telemetry.js dist/server.js`, as npm start
- * and the image run it) so that http, pg and ioredis are instrumented before any of
- * them is imported; Fastify is instrumented by @fastify/otel through its
- * initialization diagnostics channel, on every instance. Off (nothing loaded beyond
- * this file) unless an exporter is configured: OTEL_EXPORTER_OTLP_ENDPOINT,
- * OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_TRACES_EXPORTER; OTEL_SDK_DISABLED=true
- * turns it off whatever else is set.
+ * OpenTelemetry tracing, configured only by the standard OTEL_* variables. Loaded before the service
+ * (`node --import ./dist/telemetry.js dist/server.js`, as npm start and the image run it) so that pg and ioredis are
+ * instrumented before they are imported; Fastify, on every instance, through its initialization diagnostics channel.
+ * Off (nothing of the SDK loaded) unless an exporter is configured: OTEL_EXPORTER_OTLP_ENDPOINT,
+ * OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_TRACES_EXPORTER; OTEL_SDK_DISABLED=true turns it off whatever else is set.
  */
 
 type Env = Record<string, string | undefined>
@@ -31,13 +28,11 @@ function isProbe (url: string | undefined): boolean {
 export interface Telemetry { shutdown: () => Promise<void> }
 
 /**
- * The server span of every request to every Fastify instance, made in its first onRequest hook: it continues an
- * incoming traceparent, and the rest of the request runs in its context. A request the sampler leaves out runs with
- * no span in its context, so @fastify/otel (ignorePaths below), pg and ioredis (requireParentSpan) do nothing for it.
+ * The server span of every request to every Fastify instance, made in its first onRequest hook, under an incoming
+ * traceparent; the rest of the request runs in its context. A request the sampler leaves out runs with no span in
+ * its context, so @fastify/otel (ignorePaths below), pg and ioredis (requireParentSpan) do nothing for it.
  */
-async function traceServerSpans (): Promise<void> {
-  const [{ context, propagation, trace, ROOT_CONTEXT, SpanKind, SpanStatusCode }, { setRPCMetadata, RPCType }] =
-    await Promise.all([import('@opentelemetry/api'), import('@opentelemetry/core')])
+function traceServerSpans ({ setRPCMetadata, RPCType }: typeof import('@opentelemetry/core')): void {
   const tracer = trace.getTracer('petstore')
   const spans = new WeakMap<FastifyRequest, Span>()
   subscribe('fastify.initialization', message => {
@@ -45,19 +40,16 @@ async function traceServerSpans (): Promise<void> {
     fastify.addHook('onRequest', (request, _reply, done) => {
       const parent = propagation.extract(ROOT_CONTEXT, request.headers)
       const route = request.routeOptions.url
-      const span = isProbe(request.url) ? undefined : tracer.startSpan(route === undefined ? request.method : `${request.method} ${route}`, { kind: SpanKind.SERVER }, parent)
+      const span = isProbe(request.url) ? undefined : tracer.startSpan(`${request.method} ${route ?? ''}`.trim(), { kind: SpanKind.SERVER }, parent)
       if (span?.isRecording() !== true) { done(); return }
       const query = request.url.indexOf('?')
       span.setAttributes({
         'http.request.method': request.method,
-        'url.scheme': request.protocol,
         'url.path': query < 0 ? request.url : request.url.slice(0, query),
         // The API takes no query string; one sent anyway might hold a key, as the log lines assume.
         ...(query < 0 ? {} : { 'url.query': '[redacted]' }),
         ...(route === undefined ? {} : { 'http.route': route }),
-        'network.protocol.version': request.raw.httpVersion,
-        'client.address': request.ip,
-        'user_agent.original': request.headers['user-agent'] ?? ''
+        'client.address': request.ip
       })
       spans.set(request, span)
       // The RPC metadata tells @fastify/otel a server span exists, so its request span is an internal one under it.
@@ -65,42 +57,35 @@ async function traceServerSpans (): Promise<void> {
     })
     fastify.addHook('onResponse', (request, reply, done) => {
       const span = spans.get(request)
-      if (span !== undefined) {
-        span.setAttribute('http.response.status_code', reply.statusCode)
-        if (reply.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR })
-        span.end()
-      }
+      span?.setAttribute('http.response.status_code', reply.statusCode)
+      if (reply.statusCode >= 500) span?.setStatus({ code: SpanStatusCode.ERROR })
+      span?.end()
       done()
     })
   })
 }
 
-/**
- * Starts the SDK: the exporter, sampler, propagators and resource from OTEL_*
- * (service.name defaults to petstore); `spanProcessors` replaces the exporter (tests).
- */
+/** Starts the SDK as OTEL_* says (service.name defaults to petstore); `spanProcessors` replaces the exporter (tests). */
 export async function startTelemetry (options: { spanProcessors?: SpanProcessor[] } = {}): Promise<Telemetry> {
   // ESM: `import` of a CommonJS package (ioredis) bypasses require hooks; import-in-the-middle's loader lets the
   // instrumentations wrap it, and (through the message channel) only the modules they hook.
   const [{ register }, { createAddHookMessageChannel }] = await Promise.all([import('node:module'), import('import-in-the-middle')])
   const { registerOptions, waitForAllMessagesAcknowledged } = createAddHookMessageChannel()
   register('import-in-the-middle/hook.mjs', import.meta.url, registerOptions)
-  const [{ NodeSDK }, { PgInstrumentation }, { IORedisInstrumentation }, { FastifyOtelInstrumentation }, { trace }] = await Promise.all([
+  const [{ NodeSDK }, { PgInstrumentation }, { IORedisInstrumentation }, { FastifyOtelInstrumentation }, core] = await Promise.all([
     import('@opentelemetry/sdk-node'),
     import('@opentelemetry/instrumentation-pg'),
     import('@opentelemetry/instrumentation-ioredis'),
     import('@fastify/otel'),
-    import('@opentelemetry/api')
+    import('@opentelemetry/core')
   ])
-  // Before @fastify/otel subscribes to the same channel: the server span's hook must run first.
-  await traceServerSpans()
+  traceServerSpans(core) // before @fastify/otel subscribes to the same channel: the server span's hook runs first
   const env = process.env
   const namedElsewhere = (env.OTEL_SERVICE_NAME ?? '') !== '' || /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? '')
   const sdk = new NodeSDK({
     ...(namedElsewhere ? {} : { serviceName: 'petstore' }),
     ...(options.spanProcessors === undefined ? {} : { spanProcessors: options.spanProcessors }),
-    // Traces only: the SDK would otherwise export OTLP metrics by default, a histogram update per query.
-    metricReaders: [],
+    metricReaders: [], // traces only: the SDK's default OTLP metrics cost a histogram update per query
     instrumentations: [
       // Statement text only (enhancedDatabaseReporting off: no parameter values), and only inside a request.
       new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false }),
@@ -111,8 +96,7 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
         // Request and handler spans, not one per hook: a span per onRequest/onSend/onResponse hook
         // would be most of the spans, and of their cost (bench/README.md), and say little.
         instrumentHooks: false,
-        // Asked per route ({ handler, … }) and per request ({ url, method }): a request without a server span is
-        // a probe or one the sampler left out.
+        // Asked per route ({ handler, … }) and per request ({ url, method }): not for a request without a server span.
         ignorePaths: (route: { url: string, handler?: unknown }) =>
           isProbe(route.url) || (route.handler === undefined && trace.getActiveSpan() === undefined),
         requestHook: (span, request) => { if (request.url.includes('?')) span.setAttribute('url.path', request.url.split('?')[0] ?? '') }
