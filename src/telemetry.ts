@@ -39,9 +39,10 @@ function traceServerSpans ({ setRPCMetadata, RPCType }: typeof import('@opentele
     const { fastify } = message as { fastify: FastifyInstance }
     fastify.addHook('onRequest', (request, _reply, done) => {
       const parent = propagation.extract(ROOT_CONTEXT, request.headers)
-      const route = request.routeOptions.url
-      const span = isProbe(request.url) ? undefined : tracer.startSpan(`${request.method} ${route ?? ''}`.trim(), { kind: SpanKind.SERVER }, parent)
+      const span = isProbe(request.url) ? undefined : tracer.startSpan(request.method, { kind: SpanKind.SERVER }, parent)
       if (span?.isRecording() !== true) { done(); return }
+      const route = request.routeOptions.url
+      if (route !== undefined) span.updateName(`${request.method} ${route}`)
       const query = request.url.indexOf('?')
       span.setAttributes({
         'http.request.method': request.method,
