@@ -6,12 +6,10 @@ import { ApiError } from './errors.js'
 import { SharedRateLimitStore } from './rate-limit-store.js'
 
 export interface RateLimitOptions {
-  /** SHA-256 digests of the accepted API keys (the same set auth.ts checks). */
-  digests: Buffer[]
   /** Failed authentications allowed per client address per window. */
   authFailures: number
   windowMs: number
-  /** Requests per API key per minute; 0 turns the per-key limit off. */
+  /** Requests per API key per minute; 0 turns the per-key limit off (a managed key's own limit still holds). */
   perKeyPerMinute: number
   /** Count in this Redis, shared by every instance; per instance when undefined. */
   redis: { url: string, timeoutMs: number } | undefined
@@ -89,21 +87,21 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     timeWindow: options.windowMs,
     keyGenerator: (request) => `auth-failures:${normalizeIP(request.ip)}`
   })
-  // One HMAC per configured key, made once: apiKeyDigest is the configured digest itself (auth.ts's keyMatcher),
-  // and the per-key limit is only asked about a request whose key auth.ts verified.
-  const perKeyNames = new Map(options.digests.map(digest => [digest, perKeyName(digest)]))
-  const perKeyNameOf = (request: FastifyRequest): string => {
-    const name = request.apiKeyDigest === null ? undefined : perKeyNames.get(request.apiKeyDigest)
-    if (name === undefined) throw new Error('the per-key limit was asked about a request without a configured key')
+  // One HMAC per key, made once per digest Buffer (a static key's is the configured one, a managed key's is kept
+  // until the keys are read again).
+  const perKeyNames = new WeakMap<Buffer, string>()
+  const perKeyNameOf = (digest: Buffer): string => {
+    let name = perKeyNames.get(digest)
+    if (name === undefined) perKeyNames.set(digest, name = perKeyName(digest))
     return name
   }
-  const perKey = options.perKeyPerMinute > 0
-    ? app.createRateLimit({
-      max: options.perKeyPerMinute,
-      timeWindow: MINUTE,
-      keyGenerator: (request) => `per-key:${perKeyNameOf(request)}`
-    })
-    : undefined
+  const perKey = app.createRateLimit({
+    max: (request) => request.apiKey?.ratePerMinute ?? options.perKeyPerMinute,
+    timeWindow: MINUTE,
+    keyGenerator: (request) => `per-key:${perKeyNameOf(request.apiKeyDigest as Buffer)}`
+  })
+  const hasPerKeyLimit = (request: FastifyRequest): boolean =>
+    options.perKeyPerMinute > 0 || request.apiKey?.ratePerMinute !== undefined
 
   /**
    * Counted in this instance's memory, the failed-authentication limit can only
@@ -131,7 +129,7 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
       const failures = await authFailures(request, { increment: false })
       if (!failures.isAllowed && failures.remaining === 0) throw failedAuthLimit(failures)
     }
-    if (perKey === undefined) return
+    if (!hasPerKeyLimit(request)) return
     const state = await perKey(request)
     if (state.isAllowed) return
     if (state.isExceeded) throw tooManyRequests('too many requests for this API key', 'per-key', state)
@@ -142,7 +140,7 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
 
   function verified (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
     const readFailures = mayReadFailures()
-    if (!readFailures && perKey === undefined) return undefined
+    if (!readFailures && !hasPerKeyLimit(request)) return undefined
     return verifiedSlowly(request, reply, readFailures)
   }
 
