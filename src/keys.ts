@@ -16,18 +16,6 @@ const USAGE = 'usage: keys create --name NAME --scope read|write [--expires-in D
   'keys list [--json] | keys revoke ID'
 const fail = (message: string): never => { throw new StartupError(message) }
 
-interface KeyRow {
-  id: bigint,
-  name: string,
-  scope: string,
-  prefix: string,
-  rate: number | null,
-  created: Date,
-  expires: Date | null,
-  revoked: Date | null,
-  used: Date | null
-}
-
 /** The service's database; without DATABASE_URL the running service's embedded one, or one started for this. */
 async function connect (config: Config): Promise<{ url: string, stop: () => Promise<void> }> {
   const url = config.databaseDirectUrl ?? config.databaseUrl
@@ -48,8 +36,6 @@ async function connect (config: Config): Promise<{ url: string, stop: () => Prom
   await runMigrations(embedded.serviceUrl, quiet).catch(async (err: unknown) => { await embedded.stop(); throw err })
   return { url: embedded.serviceUrl, stop: embedded.stop }
 }
-
-const when = (date: Date | null): string | null => date?.toISOString() ?? null
 
 async function create (db: Database, values: Record<string, string | boolean | undefined>): Promise<void> {
   const name = typeof values.name === 'string' ? values.name.trim() : ''
@@ -78,26 +64,17 @@ async function create (db: Database, values: Record<string, string | boolean | u
 }
 
 async function list (db: Database, json: boolean): Promise<void> {
-  const { rows } = await db.query<KeyRow>(`
-    SELECT id, name, scope, prefix, rate_limit_per_minute AS rate, created_at AS created, expires_at AS expires,
-      revoked_at AS revoked, last_used_at AS used FROM api_keys ORDER BY id`)
-  const shown = rows.map(row => ({
-    id: Number(row.id),
-    name: row.name,
-    scope: row.scope,
-    prefix: row.prefix,
-    rateLimitPerMinute: row.rate,
-    createdAt: when(row.created),
-    expiresAt: when(row.expires),
-    revokedAt: when(row.revoked),
-    lastUsedAt: when(row.used)
-  }))
+  const { rows } = await db.query(`
+    SELECT id, name, scope, prefix, rate_limit_per_minute AS "rateLimitPerMinute", created_at AS "createdAt",
+      expires_at AS "expiresAt", revoked_at AS "revokedAt", last_used_at AS "lastUsedAt" FROM api_keys ORDER BY id`)
+  const shown = rows.map(row => ({ ...row, id: Number(row.id) }))
   if (json) {
     process.stdout.write(JSON.stringify(shown, null, 2) + '\n')
     return
   }
+  const cell = (value: unknown): string => value instanceof Date ? value.toISOString() : String(value ?? '-')
   const table = [['id', 'name', 'scope', 'prefix', 'rate/min', 'created', 'expires', 'revoked', 'last used'],
-    ...shown.map(key => Object.values(key).map(value => String(value ?? '-')))]
+    ...shown.map(key => Object.values(key).map(cell))]
   const widths = table[0]?.map((_, i) => Math.max(...table.map(line => line[i]?.length ?? 0))) ?? []
   for (const line of table) process.stdout.write(line.map((cell, i) => cell.padEnd(widths[i] ?? 0)).join('  ') + '\n')
 }

@@ -31,10 +31,7 @@ declare module 'fastify' {
 
 const MINUTE = 60000
 
-/**
- * The per-key limit's name for a key: an HMAC of its SHA-256, never the key nor
- * the digest itself, which API_KEY_SHA256 would accept from whoever reads Redis.
- */
+// Never the key nor its digest, which API_KEY_SHA256 would accept from whoever reads Redis.
 function perKeyName (digest: Buffer): string {
   return createHmac('sha256', digest).update('petstore per-key rate limit').digest('hex')
 }
@@ -58,19 +55,9 @@ function tooManyRequests (message: string, policy: string, state: LimitState): A
 }
 
 /**
- * Two limits, counted in @fastify/rate-limit's store: per instance in memory, or
- * with REDIS_URL in Redis, shared by every instance (rate-limit-store.ts):
- *
- * - failed authentication per client address (request.ip, so TRUST_PROXY
- *   decides whether X-Forwarded-For is believed). A request without a valid key
- *   is counted before auth.ts answers 401, in one atomic increment, so a burst
- *   of parallel guesses cannot slip past the limit; once the address is over
- *   it, every request under /v1 from it gets 429, even one with a valid key,
- *   until the window ends.
- * - optionally, requests per API key, keyed by perKeyName (never the key).
- *
- * auth.ts's one access hook calls them (app.accessLimits), so this plugin adds
- * no hook of its own; it must be registered before the app is ready.
+ * Failed authentications per address (request.ip: TRUST_PROXY decides), counted before the 401 in one atomic
+ * increment; over the limit, even a valid key gets 429 until the window ends. And requests per key. Counted per
+ * instance, or in Redis across every instance (rate-limit-store.ts); auth.ts's hook calls them.
  */
 async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Promise<void> {
   let store: FastifyRateLimitStoreCtor | undefined
@@ -87,8 +74,7 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     timeWindow: options.windowMs,
     keyGenerator: (request) => `auth-failures:${normalizeIP(request.ip)}`
   })
-  // One HMAC per key, made once per digest Buffer (a static key's is the configured one, a managed key's is kept
-  // until the keys are read again).
+  // Once per digest Buffer: a static key's lives as long as the app, a managed key's until the keys are read again.
   const perKeyNames = new WeakMap<Buffer, string>()
   const perKeyNameOf = (digest: Buffer): string => {
     let name = perKeyNames.get(digest)
@@ -103,12 +89,7 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
   const hasPerKeyLimit = (request: FastifyRequest): boolean =>
     options.perKeyPerMinute > 0 || request.apiKey?.ratePerMinute !== undefined
 
-  /**
-   * Counted in this instance's memory, the failed-authentication limit can only
-   * refuse an address within one window of this instance's last failure; until
-   * then a valid key needs no read of the store (with Redis, another instance
-   * may have counted failures, so every request reads it).
-   */
+  // Counted in memory, failures can only refuse an address within a window of this instance's last one.
   const shared = options.redis !== undefined
   let failuresMayCountUntil = 0
 
@@ -136,10 +117,8 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
     reply.headers(rateLimitHeaders('per-key', state))
   }
 
-  const mayReadFailures = (): boolean => shared || Date.now() < failuresMayCountUntil
-
   function verified (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
-    const readFailures = mayReadFailures()
+    const readFailures = shared || Date.now() < failuresMayCountUntil
     if (!readFailures && !hasPerKeyLimit(request)) return undefined
     return verifiedSlowly(request, reply, readFailures)
   }
