@@ -55,8 +55,10 @@ t.test('the key format: a fixed prefix, base62, and a CRC32 checksum that refuse
 })
 
 t.test('two instances: a key created, revoked or expired holds on both within a second', async t => {
-  const { app: a } = await testApp(t, db.url)
-  const { app: b } = await testApp(t, db.url)
+  // Every refused poll of follows() is a failed authentication: the limit must not be what answers.
+  const env = { RATE_LIMIT_AUTH_FAILURES: '1000000' }
+  const { app: a } = await testApp(t, db.url, env)
+  const { app: b } = await testApp(t, db.url, env)
   await until('both feeds hear', async () => a.changeFeed.listening && b.changeFeed.listening)
   const { key, id } = await issue('read')
   await follows(t, a, key, 200, 'created key accepted on A')
@@ -139,7 +141,7 @@ t.test('the database unreachable: known keys authenticate, and a revocation made
   const target = new URL(db.url)
   const proxy = await TcpProxy.start({ host: target.hostname, port: Number(target.port) })
   t.teardown(async () => { await proxy.close() })
-  const { app } = await testApp(t, proxy.url(db.url), { DB_CONNECTION_TIMEOUT_MS: '300' })
+  const { app } = await testApp(t, proxy.url(db.url), { DB_CONNECTION_TIMEOUT_MS: '300', RATE_LIMIT_AUTH_FAILURES: '1000000' })
   const known = await issue('read')
   const revoked = await issue('read')
   await app.apiKeys.reload()

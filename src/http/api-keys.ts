@@ -22,7 +22,7 @@ const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 /** What secret scanners look for (docs/deployment.md); the checksum is checked by wellFormedKey. */
 const KEY_PATTERN = /^petstore_[0-9A-Za-z]{36}$/
 export const CHANNEL = 'api_keys_changed'
-const POLL_MS = 500
+const POLL_MS = 250
 const LAST_USED_FLUSH_MS = 30_000
 
 function base62 (n: number, length: number): string {
