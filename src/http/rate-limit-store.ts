@@ -73,6 +73,14 @@ class LocalCounters {
   }
 }
 
+/** Without Redis: the plugin's own store hands concurrent checks one shared count that goes on changing. */
+export class LocalRateLimitStore implements FastifyRateLimitStore {
+  private readonly local = new LocalCounters()
+  incr (key: string, callback: Callback, timeWindow: number): void { callback(null, this.local.incr(key, timeWindow)) }
+  read (key: string, callback: Callback, timeWindow: number): void { callback(null, this.local.read(key, timeWindow)) }
+  child (): FastifyRateLimitStore { return new LocalRateLimitStore() }
+}
+
 /**
  * Counting in Redis, shared by every instance, falling back to this instance's own counters (always kept) when
  * Redis fails or is slower than timeoutMs: never to no limit at all, which is what the plugin's skipOnError does.

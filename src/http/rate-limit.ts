@@ -3,7 +3,7 @@ import rateLimit, { normalizeIP, type FastifyRateLimitStoreCtor } from '@fastify
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from './errors.js'
-import { SharedRateLimitStore } from './rate-limit-store.js'
+import { LocalRateLimitStore, SharedRateLimitStore } from './rate-limit-store.js'
 
 export interface RateLimitOptions {
   /** Failed authentications allowed per client address per window. */
@@ -60,14 +60,14 @@ function tooManyRequests (message: string, policy: string, state: LimitState): A
  * instance, or in Redis across every instance (rate-limit-store.ts); auth.ts's hook calls them.
  */
 async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Promise<void> {
-  let store: FastifyRateLimitStoreCtor | undefined
+  let store: FastifyRateLimitStoreCtor = LocalRateLimitStore
   if (options.redis !== undefined) {
     const shared = new SharedRateLimitStore({ ...options.redis, log: app.log, registry: app.metrics })
     await shared.connect()
     app.addHook('onClose', async () => { await shared.close() })
     store = shared.storeClass()
   }
-  await app.register(rateLimit, { global: false, ...(store === undefined ? {} : { store }) })
+  await app.register(rateLimit, { global: false, store })
 
   const authFailures = app.createRateLimit({
     max: options.authFailures,
