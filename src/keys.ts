@@ -27,8 +27,8 @@ async function connect (config: Config): Promise<{ url: string, stop: () => Prom
   const owner = parseOwner(await readFile(path.join(dir, 'petstore.lock'), 'utf8').catch(() => ''))
   if (owner?.postgresPort !== undefined && ownerIsAlive(owner)) {
     const password = (await readFile(path.join(dir, `${SERVICE_ROLE}-password`), 'utf8')).trim()
-    const serviceUrl = `postgres://${SERVICE_ROLE}:${encodeURIComponent(password)}@127.0.0.1:${owner.postgresPort}/postgres`
-    return { url: serviceUrl, stop: async () => {} }
+    const address = `127.0.0.1:${owner.postgresPort}/postgres`
+    return { url: `postgres://${SERVICE_ROLE}:${encodeURIComponent(password)}@${address}`, stop: async () => {} }
   }
   process.stderr.write(`keys: DATABASE_URL is not set; starting the embedded PostgreSQL (data in ${dir})\n`)
   const embedded = await startEmbeddedPostgres({ dir })
@@ -86,7 +86,8 @@ async function revoke (db: Database, id: string | undefined): Promise<void> {
     SELECT revoked_at AS revoked, true AS now FROM revoked
     UNION ALL SELECT revoked_at, false FROM api_keys WHERE id = $1 AND revoked_at IS NOT NULL`, [id])
   const row = rows[0] ?? fail(`no API key with id ${String(id)}; keys list shows the ids`)
-  process.stdout.write(`key ${String(id)} ${row.now ? 'revoked' : 'was already revoked'} at ${row.revoked.toISOString()}\n`)
+  const done = row.now ? 'revoked' : 'was already revoked'
+  process.stdout.write(`key ${String(id)} ${done} at ${row.revoked.toISOString()}\n`)
 }
 
 function describe (err: unknown, url: string | undefined): string {

@@ -45,7 +45,8 @@ export function generateKey (): string {
 
 /** A key of this format whose checksum holds: a typo is refused without a look-up. */
 export function wellFormedKey (key: string): boolean {
-  return KEY_PATTERN.test(key) && checksum(key.slice(KEY_PREFIX.length, -CHECKSUM_LENGTH)) === key.slice(-CHECKSUM_LENGTH)
+  const body = key.slice(KEY_PREFIX.length, -CHECKSUM_LENGTH)
+  return KEY_PATTERN.test(key) && checksum(body) === key.slice(-CHECKSUM_LENGTH)
 }
 
 /** Shown by `keys list`: not enough of the key to guess it. */
@@ -114,7 +115,8 @@ export class ApiKeyStore {
   private async read (): Promise<void> {
     try {
       const { rows } = await this.db.query<KeyRow>(`
-        SELECT id, scope, digest, rate_limit_per_minute AS rate, extract(epoch FROM expires_at)::float8 * 1000 AS expires
+        SELECT id, scope, digest, rate_limit_per_minute AS rate,
+          extract(epoch FROM expires_at)::float8 * 1000 AS expires
         FROM api_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`, [], { bounded: false })
       this.keys = new Map(rows.map(({ id, scope, digest, expires, rate }) => [digest.toString('base64'),
         { id: String(id), scope, digest, expiresAt: expires ?? Infinity, ratePerMinute: rate ?? undefined }]))

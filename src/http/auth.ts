@@ -78,7 +78,8 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
   if (verify === undefined) throw new Error('@fastify/bearer-auth did not decorate verifyBearerAuth')
   const limits = app.accessLimits
   const admit = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
-    const refused = request.apiKey?.scope === 'read' && !READ_METHODS.has(request.method) ? forbidden(request) : undefined
+    const readOnly = request.apiKey?.scope === 'read' && !READ_METHODS.has(request.method)
+    const refused = readOnly ? forbidden(request) : undefined
     const pending = limits.verified(request, reply)
     if (pending === undefined) done(refused)
     else pending.then(() => { done(refused) }, done)

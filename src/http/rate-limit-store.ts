@@ -33,7 +33,7 @@ if ttl < 0 then ttl = 0 end
 return {tonumber(count), ttl}`
 
 const REDIS_KEY_PREFIX = 'petstore:rate-limit:'
-const RETRY_AFTER_FAILURE_MS = 1000 // after Redis failed or was slow, requests skip it this long (or until it reconnects)
+const RETRY_AFTER_FAILURE_MS = 1000 // after Redis failed or was slow, requests skip it this long (or till it is back)
 const STARTUP_WAIT_MS = 1000 // a Redis that is down must not stop the start: limits count per instance until it comes
 const LOCAL_KEYS_PER_LIMIT = 5000 // the plugin's in-memory store's default
 
