@@ -43,8 +43,8 @@ function loggerOptions (config: Config, options: AppOptions): FastifyServerOptio
     // With tracing on, a line written during a request names its trace.
     mixin: traceFields,
     serializers: {
-      req: (req: { method: string, url: string, ip?: string }) =>
-        ({ method: req.method, url: req.url.split('?')[0], remoteAddress: req.ip })
+      req: (req: { method: string, url: string, ip?: string, apiKey?: { id: string } | null }) =>
+        ({ method: req.method, url: req.url.split('?')[0], remoteAddress: req.ip, apiKeyId: req.apiKey?.id })
     }
   }
 }
@@ -98,9 +98,7 @@ Promise<FastifyInstance> {
   await app.register(protocol)
   await app.register(singletonHeaders)
   await app.register(openapi)
-  await app.register(rateLimits, { digests: config.apiKeyDigests, ...config.rateLimit, redis: config.redis })
-  await app.register(auth, { digests: config.apiKeyDigests })
-  await app.register(methodNotAllowed)
+  await app.register(rateLimits, { ...config.rateLimit, redis: config.redis })
   await app.register(data, {
     database: {
       connectionString: config.databaseUrl,
@@ -117,6 +115,8 @@ Promise<FastifyInstance> {
       : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' },
     idempotencyCleanupMs: IDEMPOTENCY_CLEANUP_INTERVAL_MS
   })
+  await app.register(auth, { digests: config.apiKeyDigests })
+  await app.register(methodNotAllowed)
   await app.register(health)
   await app.register(categories)
   await app.register(pets, { sunset: config.petsSunset })

@@ -146,7 +146,7 @@ t.test('request log lines: failures at info, successes at debug, each with the r
   await infoApp.inject({ method: 'GET', url: '/v1/nope', headers: { ...AUTH, 'x-request-id': 'fail-1' } })
   const completed = infoLogs.lines.map(line => JSON.parse(line)).filter(entry => entry.msg === 'request completed')
   t.same(completed.map(entry => [entry.requestId, entry.statusCode, entry.level]), [['fail-1', 404, 30]])
-  t.same(completed[0]?.req, { method: 'GET', url: '/v1/nope', remoteAddress: '127.0.0.1' })
+  t.same(completed[0]?.req, { method: 'GET', url: '/v1/nope', remoteAddress: '127.0.0.1', apiKeyId: 'static-1' })
 
   const { app: debugApp, logs: debugLogs } = await testApp(t, db.url, { LOG_LEVEL: 'debug' })
   await debugApp.inject({ method: 'GET', url: '/v1/categories?secret=1', headers: { ...AUTH, 'x-request-id': 'ok-2' } })

@@ -28,10 +28,12 @@ t.test('the baseline on an empty database: the 1.0 schema; its down migration le
   t.same(await schema(), [], 'empty')
   await runMigrations(url, quiet)
   t.same(await schema(), [
-    'function notify_table_change', 'function notify_table_insert', 'table categories', 'table idempotency_keys',
-    'table pgmigrations', 'trigger categories_changed', 'trigger categories_inserted'
+    'function notify_table_change', 'function notify_table_insert', 'table api_keys', 'table categories',
+    'table idempotency_keys', 'table pgmigrations', 'trigger api_keys_changed', 'trigger api_keys_inserted',
+    'trigger categories_changed', 'trigger categories_inserted'
   ])
-  t.same(await migrationNames(), ['1764720000000_baseline'], 'one baseline: nothing was released before it')
+  t.same(await migrationNames(), ['1764720000000_baseline', '1764900000000_api-keys'],
+    'one baseline (nothing was released before it), then the managed keys')
   await runner({ databaseUrl: url, dir: MIGRATIONS_DIR, migrationsTable: MIGRATIONS_TABLE, direction: 'down', count: Infinity, logger: { ...quiet, debug () {} } })
   t.same(await schema(), ['table pgmigrations'])
 })

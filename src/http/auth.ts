@@ -3,9 +3,11 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import bearerAuth from '@fastify/bearer-auth'
 import fp from 'fastify-plugin'
 import { sha256 } from '../config.js'
+import { ApiKeyStore, wellFormedKey, type AuthenticatedKey } from './api-keys.js'
 import { ApiError } from './errors.js'
 
 const REALM = 'Bearer realm="petstore"'
+const READ_METHODS = new Set(['GET', 'HEAD'])
 
 /** Paths that need a key: everything under /v1, known or not. */
 export function isProtectedPath (url: string): boolean {
@@ -16,21 +18,18 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** SHA-256 of the API key that authenticated this request (never the key itself); null outside /v1. */
     apiKeyDigest: Buffer | null
+    apiKey: AuthenticatedKey | null
+  }
+  interface FastifyInstance {
+    apiKeys: ApiKeyStore
   }
 }
 
-/**
- * The configured digest (the same Buffer every time) that the key's digest
- * matches, or undefined; compares with every digest, without an early exit.
- */
-export function keyMatcher (digests: Buffer[]): (key: string) => Buffer | undefined {
-  return (key: string) => {
-    const digest = sha256(key)
-    let found: Buffer | undefined
-    for (const candidate of digests) {
-      const same = timingSafeEqual(candidate, digest)
-      found = same ? candidate : found
-    }
+/** The static key whose digest matches, compared with every one without an early exit. */
+export function keyMatcher (keys: AuthenticatedKey[]): (digest: Buffer) => AuthenticatedKey | undefined {
+  return (digest: Buffer) => {
+    let found: AuthenticatedKey | undefined
+    for (const key of keys) found = timingSafeEqual(key.digest, digest) ? key : found
     return found
   }
 }
@@ -43,24 +42,33 @@ export function unauthorized (request: FastifyRequest): ApiError {
     { 'www-authenticate': sentToken ? `${REALM}, error="invalid_token"` : REALM })
 }
 
+const forbidden = (request: FastifyRequest): ApiError => new ApiError(403, 'FORBIDDEN',
+  `this API key has the read scope; ${request.method} needs a key with the write scope`)
+
 /**
- * One onRequest hook for access under /v1, before the body is read: the key
- * check, and around it the limits of rate-limit.ts when that plugin is
- * registered: a request without a valid key is counted before its 401, and an
- * address over the failed-authentication limit gets 429 even with a valid key.
- * The key goes through @fastify/bearer-auth (case-insensitive scheme, RFC 6749),
- * whose check is ours: the key's SHA-256 compared in constant time with every
- * configured digest.
+ * One onRequest hook under /v1, before the body is read: the key (static ones from the configuration, managed ones
+ * from the ApiKeyStore), its scope, and around them the limits of rate-limit.ts: a request without a valid key is
+ * counted before its 401, and an address over the failed-authentication limit gets 429 even with a valid key.
  */
 async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Promise<void> {
-  const match = keyMatcher(options.digests)
+  const staticKeys = options.digests.map((digest, i): AuthenticatedKey =>
+    ({ id: `static-${i + 1}`, scope: 'write', digest, expiresAt: Infinity, ratePerMinute: undefined }))
+  const matchStatic = keyMatcher(staticKeys)
+  const store = new ApiKeyStore(app.db, app.changeFeed, app.log)
+  app.decorate('apiKeys', store)
+  app.addHook('onReady', async () => { await store.start() })
+  app.addHook('onClose', async () => { await store.stop() })
   app.decorateRequest('apiKeyDigest', null)
+  app.decorateRequest('apiKey', null)
   await app.register(bearerAuth, {
     keys: new Set<string>(),
     auth: (key: string, request: FastifyRequest) => {
-      const digest = match(key)
-      if (digest !== undefined) request.apiKeyDigest = digest
-      return digest !== undefined
+      const digest = sha256(key)
+      const found = matchStatic(digest) ?? (wellFormedKey(key) ? store.find(digest) : undefined)
+      if (found === undefined) return false
+      request.apiKey = found
+      request.apiKeyDigest = found.digest
+      return true
     },
     addHook: false,
     specCompliance: 'rfc6749',
@@ -70,12 +78,11 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
   if (verify === undefined) throw new Error('@fastify/bearer-auth did not decorate verifyBearerAuth')
   const limits = app.accessLimits
   const admit = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
+    const readOnly = request.apiKey?.scope === 'read' && !READ_METHODS.has(request.method)
+    const refused = readOnly ? forbidden(request) : undefined
     const pending = limits.verified(request, reply)
-    if (pending === undefined) done()
-    else pending.then(() => { done() }, done)
-  }
-  const refuse = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
-    limits.failed(request, reply).then(() => { done(unauthorized(request)) }, done)
+    if (pending === undefined) done(refused)
+    else pending.then(() => { done(refused) }, done)
   }
   app.addHook('onRequest', function access (request, reply, done) {
     if (!isProtectedPath(request.url)) {
@@ -83,14 +90,14 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
       return
     }
     verify(request, reply, (err?: Error) => {
-      if (err !== undefined || request.apiKeyDigest === null) {
-        request.apiKeyDigest = null
-        refuse(request, reply, done)
+      if (err === undefined && request.apiKey !== null) {
+        admit(request, reply, done)
         return
       }
-      admit(request, reply, done)
+      request.apiKey = request.apiKeyDigest = null
+      limits.failed(request, reply).then(() => { done(unauthorized(request)) }, done)
     })
   })
 }
 
-export default fp(auth, { name: 'auth', dependencies: ['rate-limits', 'singleton-headers'] })
+export default fp(auth, { name: 'auth', dependencies: ['rate-limits', 'singleton-headers', 'data'] })

@@ -5,6 +5,7 @@ import { ref } from './schemas.js'
 export const ErrorCodes = {
   400: 'VALIDATION_FAILED',
   401: 'UNAUTHORIZED',
+  403: 'FORBIDDEN',
   404: 'NOT_FOUND',
   405: 'METHOD_NOT_ALLOWED',
   408: 'REQUEST_TIMEOUT',
@@ -72,6 +73,8 @@ export function errorForStatus (status: number, message: string, headers: Record
 const RESPONSES: Record<ErrorStatus, [description: string, example: string]> = {
   400: ['The request breaks a rule: the message names the field or problem', 'the request URL is not valid'],
   401: ['Missing or invalid API key', 'an API key is required: send Authorization: Bearer <key>'],
+  403: ['The API key lacks the scope this operation needs (read keys may only list and get)',
+    'this API key has the read scope; POST needs a key with the write scope'],
   404: ['No such resource', 'no route for GET /v1/nowhere'],
   405: ['Method not allowed on this path (see Allow)', 'DELETE is not allowed on /v1/categories; use GET, POST'],
   408: ['The request took too long to arrive', 'the request took too long to arrive'],

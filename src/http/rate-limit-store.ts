@@ -33,17 +33,13 @@ if ttl < 0 then ttl = 0 end
 return {tonumber(count), ttl}`
 
 const REDIS_KEY_PREFIX = 'petstore:rate-limit:'
-/** After Redis failed or was too slow, requests skip it this long (a reconnect clears it). */
-const RETRY_AFTER_FAILURE_MS = 1000
-/** A Redis that is down must not stop the start: limits count per instance until it comes. */
-const STARTUP_WAIT_MS = 1000
-/** The plugin's in-memory store's default. */
-const LOCAL_KEYS_PER_LIMIT = 5000
+const RETRY_AFTER_FAILURE_MS = 1000 // after Redis failed or was slow, requests skip it this long (or till it is back)
+const STARTUP_WAIT_MS = 1000 // a Redis that is down must not stop the start: limits count per instance until it comes
+const LOCAL_KEYS_PER_LIMIT = 5000 // the plugin's in-memory store's default
 
 export interface SharedStoreOptions {
   url: string
-  /** The longest a request waits for Redis before it is counted on this instance alone. */
-  timeoutMs: number
+  timeoutMs: number // the longest a request waits for Redis before it is counted on this instance alone
   log: FastifyBaseLogger
   registry: Registry
 }
@@ -77,6 +73,14 @@ class LocalCounters {
   }
 }
 
+/** Without Redis: the plugin's own store hands concurrent checks one shared count that goes on changing. */
+export class LocalRateLimitStore implements FastifyRateLimitStore {
+  private readonly local = new LocalCounters()
+  incr (key: string, callback: Callback, timeWindow: number): void { callback(null, this.local.incr(key, timeWindow)) }
+  read (key: string, callback: Callback, timeWindow: number): void { callback(null, this.local.read(key, timeWindow)) }
+  child (): FastifyRateLimitStore { return new LocalRateLimitStore() }
+}
+
 /**
  * Counting in Redis, shared by every instance, falling back to this instance's own counters (always kept) when
  * Redis fails or is slower than timeoutMs: never to no limit at all, which is what the plugin's skipOnError does.
@@ -84,8 +88,6 @@ class LocalCounters {
 export class SharedRateLimitStore {
   private readonly client: Redis
   private readonly address: string
-  private readonly timeoutMs: number
-  private readonly log: FastifyBaseLogger
   private readonly up: Gauge
   private readonly fallbacks: Counter
   private available = true
@@ -93,10 +95,8 @@ export class SharedRateLimitStore {
   private closing = false
   private lastError: string | undefined
 
-  constructor (options: SharedStoreOptions) {
+  constructor (private readonly options: SharedStoreOptions) {
     this.address = redisAddress(options.url)
-    this.timeoutMs = options.timeoutMs
-    this.log = options.log
     this.client = new Redis(options.url, {
       // No queue while disconnected: a command fails at once and the request is counted locally.
       enableOfflineQueue: false,
@@ -136,7 +136,7 @@ export class SharedRateLimitStore {
     const late = new Promise<false>(resolve => setTimeout(resolve, STARTUP_WAIT_MS, false).unref())
     const connected = await Promise.race([ready, late])
     if (connected) {
-      this.log.info({ redis: this.address }, 'rate limits count in Redis, across every instance')
+      this.options.log.info({ redis: this.address }, 'rate limits count in Redis, across every instance')
     } else {
       this.markUnavailable(this.lastError ?? `no connection within ${STARTUP_WAIT_MS} ms`)
     }
@@ -185,10 +185,10 @@ export class SharedRateLimitStore {
       setImmediate(() => {
         if (settled) return
         settled = true
-        this.failed(`no answer within ${this.timeoutMs} ms`)
+        this.failed(`no answer within ${this.options.timeoutMs} ms`)
         locally()
       })
-    }, this.timeoutMs)
+    }, this.options.timeoutMs)
     const answer = method === 'incr'
       ? this.client.rateLimitIncr(REDIS_KEY_PREFIX + key, timeWindow)
       : this.client.rateLimitRead(REDIS_KEY_PREFIX + key)
@@ -221,7 +221,7 @@ export class SharedRateLimitStore {
     if (!this.available) return
     this.available = false
     this.up.set(0)
-    this.log.warn({ redis: this.address, reason },
+    this.options.log.warn({ redis: this.address, reason },
       'Redis is unreachable or too slow: rate limits count per instance until it answers again')
   }
 
@@ -229,6 +229,6 @@ export class SharedRateLimitStore {
     if (this.available) return
     this.available = true
     this.up.set(1)
-    this.log.info({ redis: this.address }, 'Redis answers again: rate limits count across every instance')
+    this.options.log.info({ redis: this.address }, 'Redis answers again: rate limits count across every instance')
   }
 }

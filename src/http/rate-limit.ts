@@ -3,15 +3,13 @@ import rateLimit, { normalizeIP, type FastifyRateLimitStoreCtor } from '@fastify
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from './errors.js'
-import { SharedRateLimitStore } from './rate-limit-store.js'
+import { LocalRateLimitStore, SharedRateLimitStore } from './rate-limit-store.js'
 
 export interface RateLimitOptions {
-  /** SHA-256 digests of the accepted API keys (the same set auth.ts checks). */
-  digests: Buffer[]
   /** Failed authentications allowed per client address per window. */
   authFailures: number
   windowMs: number
-  /** Requests per API key per minute; 0 turns the per-key limit off. */
+  /** Requests per API key per minute; 0 turns the per-key limit off (a managed key's own limit still holds). */
   perKeyPerMinute: number
   /** Count in this Redis, shared by every instance; per instance when undefined. */
   redis: { url: string, timeoutMs: number } | undefined
@@ -33,10 +31,7 @@ declare module 'fastify' {
 
 const MINUTE = 60000
 
-/**
- * The per-key limit's name for a key: an HMAC of its SHA-256, never the key nor
- * the digest itself, which API_KEY_SHA256 would accept from whoever reads Redis.
- */
+// Never the key nor its digest, which API_KEY_SHA256 would accept from whoever reads Redis.
 function perKeyName (digest: Buffer): string {
   return createHmac('sha256', digest).update('petstore per-key rate limit').digest('hex')
 }
@@ -60,57 +55,41 @@ function tooManyRequests (message: string, policy: string, state: LimitState): A
 }
 
 /**
- * Two limits, counted in @fastify/rate-limit's store: per instance in memory, or
- * with REDIS_URL in Redis, shared by every instance (rate-limit-store.ts):
- *
- * - failed authentication per client address (request.ip, so TRUST_PROXY
- *   decides whether X-Forwarded-For is believed). A request without a valid key
- *   is counted before auth.ts answers 401, in one atomic increment, so a burst
- *   of parallel guesses cannot slip past the limit; once the address is over
- *   it, every request under /v1 from it gets 429, even one with a valid key,
- *   until the window ends.
- * - optionally, requests per API key, keyed by perKeyName (never the key).
- *
- * auth.ts's one access hook calls them (app.accessLimits), so this plugin adds
- * no hook of its own; it must be registered before the app is ready.
+ * Failed authentications per address (request.ip: TRUST_PROXY decides), counted before the 401 in one atomic
+ * increment; over the limit, even a valid key gets 429 until the window ends. And requests per key. Counted per
+ * instance, or in Redis across every instance (rate-limit-store.ts); auth.ts's hook calls them.
  */
 async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Promise<void> {
-  let store: FastifyRateLimitStoreCtor | undefined
+  let store: FastifyRateLimitStoreCtor = LocalRateLimitStore
   if (options.redis !== undefined) {
     const shared = new SharedRateLimitStore({ ...options.redis, log: app.log, registry: app.metrics })
     await shared.connect()
     app.addHook('onClose', async () => { await shared.close() })
     store = shared.storeClass()
   }
-  await app.register(rateLimit, { global: false, ...(store === undefined ? {} : { store }) })
+  await app.register(rateLimit, { global: false, store })
 
   const authFailures = app.createRateLimit({
     max: options.authFailures,
     timeWindow: options.windowMs,
     keyGenerator: (request) => `auth-failures:${normalizeIP(request.ip)}`
   })
-  // One HMAC per configured key, made once: apiKeyDigest is the configured digest itself (auth.ts's keyMatcher),
-  // and the per-key limit is only asked about a request whose key auth.ts verified.
-  const perKeyNames = new Map(options.digests.map(digest => [digest, perKeyName(digest)]))
-  const perKeyNameOf = (request: FastifyRequest): string => {
-    const name = request.apiKeyDigest === null ? undefined : perKeyNames.get(request.apiKeyDigest)
-    if (name === undefined) throw new Error('the per-key limit was asked about a request without a configured key')
+  // Once per digest Buffer: a static key's lives as long as the app, a managed key's until the keys are read again.
+  const perKeyNames = new WeakMap<Buffer, string>()
+  const perKeyNameOf = (digest: Buffer): string => {
+    let name = perKeyNames.get(digest)
+    if (name === undefined) perKeyNames.set(digest, name = perKeyName(digest))
     return name
   }
-  const perKey = options.perKeyPerMinute > 0
-    ? app.createRateLimit({
-      max: options.perKeyPerMinute,
-      timeWindow: MINUTE,
-      keyGenerator: (request) => `per-key:${perKeyNameOf(request)}`
-    })
-    : undefined
+  const perKey = app.createRateLimit({
+    max: (request) => request.apiKey?.ratePerMinute ?? options.perKeyPerMinute,
+    timeWindow: MINUTE,
+    keyGenerator: (request) => `per-key:${perKeyNameOf(request.apiKeyDigest as Buffer)}`
+  })
+  const hasPerKeyLimit = (request: FastifyRequest): boolean =>
+    options.perKeyPerMinute > 0 || request.apiKey?.ratePerMinute !== undefined
 
-  /**
-   * Counted in this instance's memory, the failed-authentication limit can only
-   * refuse an address within one window of this instance's last failure; until
-   * then a valid key needs no read of the store (with Redis, another instance
-   * may have counted failures, so every request reads it).
-   */
+  // Counted in memory, failures can only refuse an address within a window of this instance's last one.
   const shared = options.redis !== undefined
   let failuresMayCountUntil = 0
 
@@ -131,18 +110,16 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
       const failures = await authFailures(request, { increment: false })
       if (!failures.isAllowed && failures.remaining === 0) throw failedAuthLimit(failures)
     }
-    if (perKey === undefined) return
+    if (!hasPerKeyLimit(request)) return
     const state = await perKey(request)
     if (state.isAllowed) return
     if (state.isExceeded) throw tooManyRequests('too many requests for this API key', 'per-key', state)
     reply.headers(rateLimitHeaders('per-key', state))
   }
 
-  const mayReadFailures = (): boolean => shared || Date.now() < failuresMayCountUntil
-
   function verified (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
-    const readFailures = mayReadFailures()
-    if (!readFailures && perKey === undefined) return undefined
+    const readFailures = shared || Date.now() < failuresMayCountUntil
+    if (!readFailures && !hasPerKeyLimit(request)) return undefined
     return verifiedSlowly(request, reply, readFailures)
   }
 

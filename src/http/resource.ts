@@ -77,7 +77,7 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
         body: ref(create),
         response: {
           201: ref(item, { description: `Created and committed: the stored ${singular}; Location is its URL` }),
-          ...errorResponses([400, 401, 409, 413, 415, 422, 429, 500, 503], {
+          ...errorResponses([400, 401, 403, 409, 413, 415, 422, 429, 500, 503], {
             400: [
               {
                 summary: `A rule of ${idOf(create)} is broken`,

@@ -11,6 +11,7 @@ import { StartupError } from '../startup-error.js'
 declare module 'fastify' {
   interface FastifyInstance {
     db: Database
+    changeFeed: ChangeFeed
     collection: <New extends object, T extends Row>(options: CollectionOptions) => Collection<New, T>
     /** Refuses (StartupError) when a collection's table or its change-notification triggers are missing. */
     verifyTables: () => Promise<void>
@@ -40,6 +41,7 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
   registerPoolMetrics(app.metrics, db.pool)
   const collections: Array<Collection<object, Row>> = []
   app.decorate('db', db)
+  app.decorate('changeFeed', feed)
   app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions) => {
     const made = new Collection<New, T>({ db, feed, idempotency, registry: app.metrics }, collection)
     collections.push(made as unknown as Collection<object, Row>)

@@ -5,12 +5,14 @@ import path from 'node:path'
 import { EmbeddedPostgresError } from './error.js'
 
 /** DATA_DIR/petstore.lock: the one process that owns the data directory's embedded PostgreSQL. */
-interface LockOwner {
+export interface LockOwner {
   pid: number
   /** Linux: clock ticks since boot (/proc/<pid>/stat), so that a reused pid is not taken for the owner. */
   startTime?: string
   address?: string
   postgresPid?: number
+  /** For `npm run keys`, which uses the running service's embedded PostgreSQL. */
+  postgresPort?: number
 }
 
 export interface DataDirLock {
@@ -51,7 +53,7 @@ export function ownerIsAlive (owner: LockOwner): boolean {
   return isAlive(owner.pid) && (owner.startTime === undefined || startTimeOf(owner.pid) === owner.startTime)
 }
 
-function parseOwner (text: string): LockOwner | undefined {
+export function parseOwner (text: string): LockOwner | undefined {
   try {
     const owner = JSON.parse(text) as LockOwner
     return Number.isInteger(owner.pid) && owner.pid > 0 ? owner : undefined

@@ -312,7 +312,7 @@ Promise<EmbeddedDatabase> {
       }
     }
     const { child, exited } = running
-    await lock.record({ postgresPid: child.pid })
+    await lock.record({ postgresPid: child.pid, postgresPort: port })
     const stop = async (): Promise<void> => {
       child.kill('SIGINT') // fast shutdown: open transactions roll back
       const stopped = await Promise.race([exited.then(() => true), sleep(STOP_TIMEOUT_MS).then(() => false)])

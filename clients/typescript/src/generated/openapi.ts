@@ -101,7 +101,7 @@ export interface components {
              * @description Machine-readable error code
              * @enum {string}
              */
-            code: "VALIDATION_FAILED" | "UNAUTHORIZED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "IDEMPOTENCY_KEY_IN_USE" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "EXPECTATION_FAILED" | "IDEMPOTENCY_KEY_REUSED" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "HTTP_VERSION_NOT_SUPPORTED" | "MALFORMED_JSON" | "CONFLICT";
+            code: "VALIDATION_FAILED" | "UNAUTHORIZED" | "FORBIDDEN" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "IDEMPOTENCY_KEY_IN_USE" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "EXPECTATION_FAILED" | "IDEMPOTENCY_KEY_REUSED" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "HTTP_VERSION_NOT_SUPPORTED" | "MALFORMED_JSON" | "CONFLICT";
             /** @description Human-readable explanation; never internals */
             message: string;
             /** @description Equal to the HTTP status of the response */
@@ -284,6 +284,22 @@ export interface operations {
                      *       "code": "UNAUTHORIZED",
                      *       "message": "an API key is required: send Authorization: Bearer <key>",
                      *       "status": 401
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The API key lacks the scope this operation needs (read keys may only list and get) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "FORBIDDEN",
+                     *       "message": "this API key has the read scope; POST needs a key with the write scope",
+                     *       "status": 403
                      *     }
                      */
                     "application/json": components["schemas"]["Error"];
