@@ -13,7 +13,7 @@ import { cpuSeconds } from './proc-stats.js'
 import {
   AUTH, ROOT, numberFromEnv, runToExit, seedRows, seedThroughApi, startLoadGenerator, startPostgres, startServer, type RunningServer
 } from './servers.js'
-import { freePort } from '../src/embedded/postgres.js'
+import { freePort } from '@petstore/embedded-postgres'
 
 const settings = {
   durationS: numberFromEnv('TRACING_DURATION', 8),

