@@ -140,17 +140,18 @@ t.test('a trailing slash on the collection is getCategory with an empty id: 400,
   assertErrorBody(t, await app.inject({ method: 'GET', url: '/v1/categories/', headers: AUTH }), 400, 'VALIDATION_FAILED')
 })
 
-t.test('request log lines: failures at info, successes at debug, each with the request id', async t => {
+t.test('request log lines: one per request at info, each with the request id and the key\'s id', async t => {
   const { app: infoApp, logs: infoLogs } = await testApp(t, db.url, { LOG_LEVEL: 'info' })
   await infoApp.inject({ method: 'GET', url: '/v1/categories', headers: { ...AUTH, 'x-request-id': 'ok-1' } })
   await infoApp.inject({ method: 'GET', url: '/v1/nope', headers: { ...AUTH, 'x-request-id': 'fail-1' } })
   const completed = infoLogs.lines.map(line => JSON.parse(line)).filter(entry => entry.msg === 'request completed')
-  t.same(completed.map(entry => [entry.requestId, entry.statusCode, entry.level]), [['fail-1', 404, 30]])
-  t.same(completed[0]?.req, { method: 'GET', url: '/v1/nope', remoteAddress: '127.0.0.1', apiKeyId: 'static-1' })
+  t.same(completed.map(entry => [entry.requestId, entry.statusCode, entry.level]), [['ok-1', 200, 30], ['fail-1', 404, 30]])
+  t.same(completed[1]?.req, { method: 'GET', url: '/v1/nope', remoteAddress: '127.0.0.1', apiKeyId: 'static-1' })
 
-  const { app: debugApp, logs: debugLogs } = await testApp(t, db.url, { LOG_LEVEL: 'debug' })
-  await debugApp.inject({ method: 'GET', url: '/v1/categories?secret=1', headers: { ...AUTH, 'x-request-id': 'ok-2' } })
-  const debugLine = debugLogs.lines.map(line => JSON.parse(line)).find(entry => entry.requestId === 'ok-2')
-  t.equal(debugLine?.level, 20)
-  t.equal(debugLine?.req.url, '/v1/categories', 'the query string is never logged')
+  const { app: warnApp, logs: warnLogs } = await testApp(t, db.url, { LOG_LEVEL: 'warn' })
+  await warnApp.inject({ method: 'GET', url: '/v1/categories?secret=1', headers: { ...AUTH, 'x-request-id': 'ok-2' } })
+  t.notOk(warnLogs.lines.some(line => line.includes('request completed')), 'LOG_LEVEL=warn drops the access lines')
+  await infoApp.inject({ method: 'GET', url: '/v1/categories?secret=1', headers: { ...AUTH, 'x-request-id': 'ok-3' } })
+  const line = infoLogs.lines.map(line => JSON.parse(line)).find(entry => entry.requestId === 'ok-3')
+  t.equal(line?.req.url, '/v1/categories', 'the query string is never logged')
 })
