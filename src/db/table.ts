@@ -1,12 +1,15 @@
 import type pg from 'pg'
 import type { TObject, TSchema } from 'typebox'
 import type { Database } from './database.js'
+import { JsonCopyWriter, type JsonSegment } from './json-copy.js'
 
 /** A row of a resource's table; a NULL column is undefined (the API shows only what was given). */
 export interface Row { id: bigint }
 
 /** Rows per chunk of a list read: a long list never exists as objects all at once. */
 export const LIST_CHUNK_ROWS = 1000
+/** Rows per COPY of a list written as JSON: each statement stays well within the statement timeout. */
+const COPY_ROWS = 100_000
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
 const SQL_TYPES: Record<string, string> = {
@@ -36,7 +39,8 @@ export class Table<New extends object, T extends Row> {
   private readonly insertOne: string
   private readonly insertMany: string
 
-  constructor (private readonly db: Database, readonly name: string, columnTypes: Record<string, string>) {
+  constructor (private readonly db: Database, readonly name: string,
+    private readonly columnTypes: Record<string, string>) {
     this.columns = Object.keys(columnTypes)
     if (!IDENTIFIER.test(name)) throw new Error(`not a plain SQL identifier: ${name}`)
     const list = this.columns.join(', ')
@@ -112,6 +116,23 @@ export class Table<New extends object, T extends Row> {
       }
       await client.query('COMMIT')
     })
+  }
+
+  /** Every row in id order as JSON (json-copy.ts), segment by segment, from one snapshot. */
+  async listJson (segmentIds: bigint, onSegment: (segment: JsonSegment) => void): Promise<void> {
+    const writer = new JsonCopyWriter(this.columnTypes, Number(segmentIds), onSegment)
+    const casts = Object.entries(this.columnTypes).map(([column, type]) => `${column}::${type}`).join(', ')
+    await this.db.withClient(async client => {
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
+      let where = ''
+      do {
+        await writer.copy(client, `COPY (SELECT id::bigint, ${casts} FROM ${this.name} ${where} ORDER BY id ` +
+          `LIMIT ${COPY_ROWS}) TO STDOUT (FORMAT binary)`)
+        where = `WHERE id > ${writer.lastId}`
+      } while (writer.copied === COPY_ROWS)
+      await client.query('COMMIT')
+    })
+    writer.finish()
   }
 
   /** Why this table cannot serve (missing, or its change-notification triggers are), or undefined. */

@@ -1,6 +1,7 @@
 import { createHash, type Hash } from 'node:crypto'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import { Counter, Gauge, type Registry } from 'prom-client'
+import type { JsonSegment } from '../db/json-copy.js'
 import type { Row } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
 
@@ -8,6 +9,8 @@ import type { ChangeFeed } from './change-feed.js'
 export interface ListSource<T extends Row> {
   /** Every row in id order, in chunks, from one snapshot. */
   listInChunks: (onChunk: (rows: T[]) => void) => Promise<void>
+  /** Faster, when the source can: every row as the route's schema writes it, in segments, from one snapshot. */
+  listJson?: (segmentIds: bigint, onSegment: (segment: Segment) => void) => Promise<void>
   /** The rows with these ids that exist, in id order. */
   getMany: (ids: readonly bigint[]) => Promise<T[]>
   /** The rows with ids in [from, to), in id order. */
@@ -37,8 +40,7 @@ const OPEN = Buffer.from('[')
 const COMMA = Buffer.from(',')
 const CLOSE = Buffer.from(']')
 
-/** Rows whose ids share a key, serialized: ids ascending, their JSON joined by commas. */
-interface Segment { key: bigint, ids: BigInt64Array, bytes: Buffer }
+type Segment = JsonSegment
 
 /**
  * The cached list: its segments in key order, and SHA-1 states so that a change rehashes only from the
@@ -59,29 +61,21 @@ function items (array: string): string {
 const keyOf = (id: bigint): bigint => id / SEGMENT_IDS
 const byId = (a: Row, b: Row): number => a.id < b.id ? -1 : a.id > b.id ? 1 : 0
 
-/** Index of the first element of the sorted `values` not below `value`. */
-function lowerBound<V> (values: ArrayLike<V>, value: V): number {
+/** The first index in [0, count) whose item is not below the sought one. */
+function lowerBound (count: number, below: (i: number) => boolean): number {
   let low = 0
-  let high = values.length
+  let high = count
   while (low < high) {
     const mid = (low + high) >>> 1
-    if ((values[mid] as V) < value) low = mid + 1
+    if (below(mid)) low = mid + 1
     else high = mid
   }
   return low
 }
 
-/** Index of the segment with this key, or where it would go. */
-function segmentIndex (segments: readonly Segment[], key: bigint): number {
-  let low = 0
-  let high = segments.length
-  while (low < high) {
-    const mid = (low + high) >>> 1
-    if ((segments[mid] as Segment).key < key) low = mid + 1
-    else high = mid
-  }
-  return low
-}
+const segmentIndex = (segments: readonly Segment[], key: bigint): number =>
+  lowerBound(segments.length, i => (segments[i] as Segment).key < key)
+const idIndex = (ids: BigInt64Array, id: bigint): number => lowerBound(ids.length, i => (ids[i] as bigint) < id)
 
 function segmentOf<T extends Row> (rows: T[], serialize: ListSerializer<T>): Segment {
   return { key: keyOf((rows[0] as T).id), ids: BigInt64Array.from(rows, row => row.id), bytes: Buffer.from(items(serialize(rows))) }
@@ -100,39 +94,30 @@ function byKey<T extends Row> (rows: T[]): T[][] {
   return groups
 }
 
-/** Builds segments from rows handed over in id order, chunk after chunk (a list read from the database). */
-class SegmentBuilder<T extends Row> {
-  readonly segments: Segment[] = []
-  private open: { key: bigint, ids: bigint[], parts: Buffer[] } | undefined
+/** An entry from segments handed over in id order, hashed as they come: a build ends with one digest, not a rehash. */
+class EntryBuilder {
+  private readonly entry: Entry = { segments: [], prefixes: [], validPrefixes: 0, body: undefined }
+  private readonly hash = createHash('sha1').update(OPEN)
 
-  constructor (private readonly serialize: ListSerializer<T>) {}
-
-  add (rows: T[]): void {
-    for (const group of byKey(rows)) {
-      const key = keyOf((group[0] as T).id)
-      if (this.open !== undefined && this.open.key !== key) this.close()
-      this.open ??= { key, ids: [], parts: [] }
-      for (const row of group) this.open.ids.push(row.id)
-      this.open.parts.push(Buffer.from(items(this.serialize(group))))
+  add (segment: Segment): void {
+    const { segments, prefixes } = this.entry
+    const last = segments.at(-1)
+    if (last !== undefined) this.hash.update(COMMA)
+    if (last?.key === segment.key) {
+      segments[segments.length - 1] = joined(last, segment) // rows of one key in two chunks
+    } else {
+      prefixes.push(this.hash.copy())
+      segments.push(segment)
     }
+    this.hash.update(segment.bytes)
   }
 
-  finish (): Segment[] {
-    this.close()
-    return this.segments
+  finish (): Entry {
+    const entry = this.entry
+    if (entry.prefixes.length === 0) entry.prefixes.push(this.hash.copy())
+    entry.validPrefixes = entry.prefixes.length - 1
+    return entry
   }
-
-  private close (): void {
-    if (this.open === undefined) return
-    const { key, ids, parts } = this.open
-    const bytes = parts.length === 1 ? parts[0] as Buffer : Buffer.concat(parts.flatMap((part, i) => i === 0 ? [part] : [COMMA, part]))
-    this.segments.push({ key, ids: BigInt64Array.from(ids), bytes })
-    this.open = undefined
-  }
-}
-
-function newEntry (segments: Segment[]): Entry {
-  return { segments, prefixes: [createHash('sha1').update(OPEN)], validPrefixes: 0, body: undefined }
 }
 
 /** The bytes and tag of an entry, hashing again only from its first changed segment; a long rehash yields to the event loop. */
@@ -290,9 +275,15 @@ export class ListCache<T extends Row> {
   }
 
   private async load (serialize: ListSerializer<T>): Promise<ListBody> {
-    const builder = new SegmentBuilder(serialize)
-    await this.source.listInChunks(rows => { builder.add(rows) })
-    return await bodyOf(newEntry(builder.finish()))
+    return await bodyOf(await this.snapshot(serialize))
+  }
+
+  private async snapshot (serialize: ListSerializer<T>): Promise<Entry> {
+    const builder = new EntryBuilder()
+    const add = (segment: Segment): void => { builder.add(segment) }
+    if (this.source.listJson !== undefined) await this.source.listJson(SEGMENT_IDS, add)
+    else await this.source.listInChunks(rows => { for (const group of byKey(rows)) add(segmentOf(group, serialize)) })
+    return builder.finish()
   }
 
   /**
@@ -304,9 +295,7 @@ export class ListCache<T extends Row> {
     if (this.building?.generation !== this.generation) {
       const generation = this.generation
       const promise = (async () => {
-        const builder = new SegmentBuilder(serialize)
-        await this.source.listInChunks(rows => { builder.add(rows) })
-        const entry = newEntry(builder.finish())
+        const entry = await this.snapshot(serialize)
         if (generation === this.generation && this.feed.listening) {
           this.entry = entry
           this.work()
@@ -405,7 +394,7 @@ export class ListCache<T extends Row> {
   private has (id: bigint): boolean {
     const segments = this.entry?.segments ?? []
     const segment = segments[segmentIndex(segments, keyOf(id))]
-    return segment !== undefined && segment.key === keyOf(id) && segment.ids[lowerBound(segment.ids, id)] === id
+    return segment !== undefined && segment.key === keyOf(id) && segment.ids[idIndex(segment.ids, id)] === id
   }
 
   /** Adds rows (sorted) to their segments; returns the keys of segments they fall inside of, to be read again. */
@@ -422,7 +411,7 @@ export class ListCache<T extends Row> {
       if (segment === undefined || segment.key !== key) {
         segments.splice(at, 0, segmentOf(group, serialize))
       } else {
-        const fresh = group.filter(row => segment.ids[lowerBound(segment.ids, row.id)] !== row.id)
+        const fresh = group.filter(row => segment.ids[idIndex(segment.ids, row.id)] !== row.id)
         if (fresh.length === 0) continue
         const first = segment.ids[0] as bigint
         const last = segment.ids[segment.ids.length - 1] as bigint
