@@ -119,7 +119,8 @@ export class Table<New extends object, T extends Row> {
   }
 
   /** Every row in id order as JSON (json-copy.ts), segment by segment, from one snapshot. */
-  async listJson (segmentIds: bigint, onSegment: (segment: JsonSegment) => void): Promise<void> {
+  async listJson (segmentIds: bigint, onSegment: (segment: JsonSegment) => void, copyRows = COPY_ROWS):
+  Promise<void> {
     const writer = new JsonCopyWriter(this.columnTypes, Number(segmentIds), onSegment)
     const casts = Object.entries(this.columnTypes).map(([column, type]) => `${column}::${type}`).join(', ')
     await this.db.withClient(async client => {
@@ -127,9 +128,9 @@ export class Table<New extends object, T extends Row> {
       let where = ''
       do {
         await writer.copy(client, `COPY (SELECT id::bigint, ${casts} FROM ${this.name} ${where} ORDER BY id ` +
-          `LIMIT ${COPY_ROWS}) TO STDOUT (FORMAT binary)`)
+          `LIMIT ${copyRows}) TO STDOUT (FORMAT binary)`)
         where = `WHERE id > ${writer.lastId}`
-      } while (writer.copied === COPY_ROWS)
+      } while (writer.copied === copyRows)
       await client.query('COMMIT')
     })
     writer.finish()
