@@ -1,22 +1,21 @@
 import type pg from 'pg'
 import { to as copyTo } from 'pg-copy-streams'
 
-/** Rows whose ids share a key (id / segmentIds), as JSON: ids ascending, their objects joined by commas. */
+/** Rows whose ids share a key (id / segment size), as JSON: ids ascending, their objects joined by commas. */
 export interface JsonSegment { key: bigint, ids: BigInt64Array, bytes: Buffer }
 
-// PGCOPY\n\377\r\n\0, flags, header extension length.
-const HEADER_BYTES = 19
-// JSON.stringify's escapes (and fast-json-stringify's): these two-character ones, other C0 controls as \u00xx.
-const SHORT_ESCAPES = new Uint8Array(128)
+// JSON.stringify's escapes (fast-json-stringify's too): these two-character ones, the other C0 controls as \u00xx.
+const ESCAPES = new Uint8Array(128)
 for (const [byte, escape] of [[8, 'b'], [9, 't'], [10, 'n'], [12, 'f'], [13, 'r'], [34, '"'], [92, '\\']] as const) {
-  SHORT_ESCAPES[byte] = escape.charCodeAt(0)
+  ESCAPES[byte] = escape.charCodeAt(0)
 }
 const HEX = Buffer.from('0123456789abcdef')
+const OPEN_ID = Buffer.from('{"id":')
 
 /**
- * Writes rows as the route's compiled serializer does (member order of the schema, absent members left out,
- * int8 as a bare number), straight from the bytes of `COPY … TO STDOUT (FORMAT binary)`: no row objects, no
- * strings. Text is valid UTF-8 from PostgreSQL, so JSON.stringify's escaping is per byte.
+ * Writes rows as the route's serializer does (the schema's member order, NULL members left out, int8 as a bare
+ * number) from the bytes of `COPY (SELECT id, <columns cast to their types>) TO STDOUT (FORMAT binary)`: no row
+ * objects, no strings. PostgreSQL sends valid UTF-8, so JSON.stringify's escaping is per byte.
  */
 export class JsonCopyWriter {
   private readonly members: Array<{ prefix: Buffer, type: string }>
@@ -27,91 +26,98 @@ export class JsonCopyWriter {
   private count = 0
   private key = -1
   private last = [0, 0]
-  /** The rows of the last copy. */
+  /** Rows in the last copy. */
   copied = 0
 
-  constructor (columns: Record<string, string>, private readonly segmentIds: number,
+  constructor (columns: Record<string, string>, private readonly size: number,
     private readonly onSegment: (segment: JsonSegment) => void) {
     this.members = Object.entries(columns).map(([name, type]) => ({ prefix: Buffer.from(`,"${name}":`), type }))
-    if (segmentIds > this.ids.length || 2 ** 32 % segmentIds !== 0) throw new Error('segmentIds: a power of two to 1024')
+    if (size > 1024 || 2 ** 32 % size !== 0) throw new Error('a segment size is a power of two up to 1024')
   }
 
-  /** Runs one COPY whose columns are id, then the constructor's columns, each cast to its type. */
+  get lastId (): bigint { return BigInt.asIntN(64, BigInt(this.last[0] as number) << 32n | BigInt(this.last[1] as number)) }
+
   async copy (client: pg.ClientBase, sql: string): Promise<void> {
     this.copied = 0
     let pending: Buffer = Buffer.alloc(0)
-    let header = true
+    let header = 19 // the signature, flags and an empty header extension
     for await (const chunk of client.query(copyTo(sql)) as AsyncIterable<Buffer>) {
       pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk])
-      if (header && pending.length < HEADER_BYTES) continue
-      pending = pending.subarray(this.rows(pending, header ? HEADER_BYTES + pending.readInt32BE(15) : 0))
-      header = false
+      if (pending.length < header) continue
+      let at = header
+      header = 0
+      for (let end = this.rowEnd(pending, at); end > 0; end = this.rowEnd(pending, at)) {
+        this.row(pending, at + 2, end - at)
+        at = end
+      }
+      pending = pending.subarray(at)
     }
   }
 
-  get lastId (): bigint {
-    return BigInt.asIntN(64, (BigInt(this.last[0] as number) << 32n) | BigInt(this.last[1] as number))
-  }
-
-  /** Hands over the last segment. */
+  /** Hands over the open segment. */
   finish (): void {
     if (this.count === 0) return
-    const bytes = Buffer.from(this.out.subarray(0, this.length - 1)) // without its trailing comma
+    const bytes = Buffer.from(this.out.subarray(0, this.length - 1)) // less its trailing comma
     this.onSegment({ key: BigInt(this.key), ids: this.ids.slice(0, this.count), bytes })
-    this.count = 0
-    this.length = 0
+    this.count = this.length = 0
   }
 
-  /** Writes the whole rows in `data` from `offset`; returns where the first incomplete one starts. */
-  private rows (data: Buffer, offset: number): number {
-    let at = offset
-    while (at + 2 <= data.length) {
-      const fields = data.readInt16BE(at)
-      if (fields === -1) return data.length // the trailer
-      let end = at + 2
-      for (let f = 0; f < fields; f++) {
-        if (end + 4 > data.length) return at
-        end += 4 + Math.max(0, data.readInt32BE(end))
-      }
-      if (end > data.length) return at
-      this.row(data, at + 2, end - at)
-      at = end
+  /** Where the row at `at` ends, or 0 while it is incomplete (or the trailer). */
+  private rowEnd (data: Buffer, at: number): number {
+    if (at + 2 > data.length) return 0
+    let end = at + 2
+    for (let field = data.readInt16BE(at); field > 0; field--) {
+      if (end + 4 > data.length) return 0
+      end += 4 + Math.max(0, data.readInt32BE(end))
     }
-    return at
+    return end > data.length || data.readInt16BE(at) < 0 ? 0 : end
   }
 
   private row (data: Buffer, at: number, bytes: number): void {
     const hi = data.readInt32BE(at + 4)
     const lo = data.readUInt32BE(at + 8)
-    const key = hi * (2 ** 32 / this.segmentIds) + Math.floor(lo / this.segmentIds)
+    const key = hi * (2 ** 32 / this.size) + Math.floor(lo / this.size)
     if (key !== this.key) this.finish()
     this.key = key
-    for (let b = 0; b < 8; b++) this.idBytes[this.count * 8 + b] = data[at + 11 - b] as number
+    this.last = [hi, lo]
+    for (let b = 0; b < 8; b++) this.idBytes[8 * this.count + b] = data[at + 11 - b] as number // to little-endian
     this.count++
     this.copied++
-    this.last = [hi, lo]
-    let field = at + 12
-    // Escaping at most sextuples a byte.
-    const need = 64 + 6 * bytes + 32 * this.members.length
-    if (this.length + need > this.out.length) {
-      const grown = Buffer.allocUnsafe(Math.max(2 * this.out.length, this.length + need))
-      this.out.copy(grown, 0, 0, this.length)
-      this.out = grown
+    // Escaping makes at most six bytes of one.
+    if (this.length + 64 + 6 * bytes + 32 * this.members.length > this.out.length) {
+      this.out = Buffer.concat([this.out.subarray(0, this.length)], 2 * this.out.length + 6 * bytes)
     }
-    this.ascii('{"id":')
-    this.ascii(hi >= 0 && hi < 2 ** 21 ? String(hi * 2 ** 32 + lo) : data.readBigInt64BE(at + 4).toString())
+    this.bytes(OPEN_ID)
+    if (hi >= 0 && hi < 2 ** 21) this.digits(hi * 2 ** 32 + lo)
+    else this.ascii(data.readBigInt64BE(at + 4).toString())
+    let field = at + 12
     for (const { prefix, type } of this.members) {
       const length = data.readInt32BE(field)
       field += 4
       if (length === -1) continue
-      this.length += prefix.copy(this.out, this.length)
+      this.bytes(prefix)
       if (type === 'text') this.text(data, field, field + length)
       else if (type === 'boolean') this.ascii(data[field] === 0 ? 'false' : 'true')
       else if (type === 'bigint') this.ascii(data.readBigInt64BE(field).toString())
       else this.ascii(asNumber(data.readDoubleBE(field)))
       field += length
     }
-    this.ascii('},')
+    this.out[this.length++] = 125 // },
+    this.out[this.length++] = 44
+  }
+
+  private bytes (bytes: Buffer): void {
+    for (let i = 0; i < bytes.length; i++) this.out[this.length++] = bytes[i] as number
+  }
+
+  private digits (value: number): void {
+    let end = this.length
+    for (let rest = value; rest >= 10; rest = Math.floor(rest / 10)) end++
+    this.length = end + 1
+    for (let rest = value; ; rest = Math.floor(rest / 10)) {
+      this.out[end--] = 48 + rest % 10
+      if (rest < 10) return
+    }
   }
 
   private ascii (text: string): void {
@@ -126,18 +132,11 @@ export class JsonCopyWriter {
       const byte = data[i] as number
       if (byte >= 32 && byte !== 34 && byte !== 92) {
         out[j++] = byte
-        continue
-      }
-      out[j++] = 92
-      const short = SHORT_ESCAPES[byte] as number
-      if (short !== 0) {
-        out[j++] = short
+      } else if (ESCAPES[byte] !== 0) {
+        out[j++] = 92
+        out[j++] = ESCAPES[byte] as number
       } else {
-        out[j++] = 117 // u00xx
-        out[j++] = 48
-        out[j++] = 48
-        out[j++] = HEX[byte >> 4] as number
-        out[j++] = HEX[byte & 15] as number
+        j += out.write(`\\u00${String.fromCharCode(HEX[byte >> 4] as number, HEX[byte & 15] as number)}`, j, 'latin1')
       }
     }
     out[j++] = 34
@@ -145,7 +144,7 @@ export class JsonCopyWriter {
   }
 }
 
-// fast-json-stringify's asNumber: NaN has no JSON, infinities are written as null.
+// fast-json-stringify's asNumber: NaN has no JSON, an infinity is written as null.
 function asNumber (value: number): string {
   if (Number.isNaN(value)) throw new Error('NaN cannot be written as JSON')
   return Number.isFinite(value) ? String(value) : 'null'
