@@ -25,7 +25,6 @@ export class JsonCopyWriter {
   private readonly idBytes = new Uint8Array(this.ids.buffer)
   private count = 0
   private key = -1
-  private last = [0, 0]
   /** Rows in the last copy. */
   copied = 0
 
@@ -35,7 +34,8 @@ export class JsonCopyWriter {
     if (size > 1024 || 2 ** 32 % size !== 0) throw new Error('a segment size is a power of two up to 1024')
   }
 
-  get lastId (): bigint { return BigInt.asIntN(64, BigInt(this.last[0] as number) << 32n | BigInt(this.last[1] as number)) }
+  /** The id of the last row written (the open segment always holds it). */
+  get lastId (): bigint { return this.ids[this.count - 1] as bigint }
 
   async copy (client: pg.ClientBase, sql: string): Promise<void> {
     this.copied = 0
@@ -79,7 +79,6 @@ export class JsonCopyWriter {
     const key = hi * (2 ** 32 / this.size) + Math.floor(lo / this.size)
     if (key !== this.key) this.finish()
     this.key = key
-    this.last = [hi, lo]
     for (let b = 0; b < 8; b++) this.idBytes[8 * this.count + b] = data[at + 11 - b] as number // to little-endian
     this.count++
     this.copied++

@@ -6,9 +6,8 @@ import { JsonCopyWriter, type JsonSegment } from './json-copy.js'
 /** A row of a resource's table; a NULL column is undefined (the API shows only what was given). */
 export interface Row { id: bigint }
 
-/** Rows per chunk of a list read: a long list never exists as objects all at once. */
-export const LIST_CHUNK_ROWS = 1000
-/** Rows per COPY of a list written as JSON: each statement stays well within the statement timeout. */
+/** Rows per chunk of a list read as objects, and per COPY of one written as JSON (well within the statement timeout). */
+const LIST_CHUNK_ROWS = 1000
 const COPY_ROWS = 100_000
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
@@ -98,21 +97,14 @@ export class Table<New extends object, T extends Row> {
     return rows.map(row => toRow<T>(row))
   }
 
-  /** Every row in id order, in chunks, from one snapshot: a short list in one statement, a long one by cursor. */
+  /** Every row in id order, in chunks, from one snapshot (a cursor). */
   async listInChunks (onChunk: (rows: T[]) => void, chunkRows = LIST_CHUNK_ROWS): Promise<void> {
-    const ordered = `${this.select} ORDER BY id`
-    const { rows } = await this.db.query(`${ordered} LIMIT $1`, [chunkRows + 1])
-    if (rows.length <= chunkRows) {
-      if (rows.length > 0) onChunk(rows.map(row => toRow<T>(row)))
-      return
-    }
+    const fetch = `FETCH ${chunkRows} FROM ${this.name}_list`
     await this.db.withClient(async client => {
       await client.query('BEGIN READ ONLY')
-      await client.query(`DECLARE ${this.name}_list NO SCROLL CURSOR FOR ${ordered}`)
-      const fetch = `FETCH FORWARD ${chunkRows} FROM ${this.name}_list`
-      for (let chunk = await client.query(fetch); chunk.rows.length > 0; chunk = await client.query(fetch)) {
-        onChunk(chunk.rows.map(row => toRow<T>(row)))
-        if (chunk.rows.length < chunkRows) break
+      await client.query(`DECLARE ${this.name}_list NO SCROLL CURSOR FOR ${this.select} ORDER BY id`)
+      for (let { rows } = await client.query(fetch); rows.length > 0; { rows } = await client.query(fetch)) {
+        onChunk(rows.map(row => toRow<T>(row)))
       }
       await client.query('COMMIT')
     })
