@@ -108,10 +108,10 @@ t.test('integer, number and boolean columns: int64 limits, -0, infinities, tiny 
   }), { seed, numRuns: 40 })
 })
 
-t.test('the service serves those bytes: a list built from COPY is the serializer\'s', async t => {
+t.test('the service serves those bytes: a list built from COPY, over many chunks, is the serializer\'s', async t => {
   await admin.query('TRUNCATE categories')
   await admin.query(`INSERT INTO categories (name, description) SELECT 'n "' || i || chr(1) || chr(8232) || '\\', CASE WHEN i % 2 = 0 THEN chr(127) || i END
-    FROM generate_series(1, 3000) AS i`)
+    FROM generate_series(1, 20000) AS i`)
   const expected = await serialized(categories, 'categories')
   let body = ''
   for (let tries = 0; tries < 100 && body !== expected; tries++) {

@@ -39,18 +39,33 @@ export class JsonCopyWriter {
 
   async copy (client: pg.ClientBase, sql: string): Promise<void> {
     this.copied = 0
-    let pending: Buffer = Buffer.alloc(0)
-    let header = 19 // the signature, flags and an empty header extension
-    for await (const chunk of client.query(copyTo(sql)) as AsyncIterable<Buffer>) {
-      pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk])
-      if (pending.length < header) continue
-      let at = header
-      header = 0
-      for (let end = this.rowEnd(pending, at); end > 0; end = this.rowEnd(pending, at)) {
-        this.row(pending, at + 2, end - at)
+    let skip = 19 // the signature, flags and an empty header extension
+    let rest: Buffer | undefined // a row begun in the chunks before
+    for await (const received of client.query(copyTo(sql)) as AsyncIterable<Buffer>) {
+      const chunk = received.subarray(skip)
+      skip = Math.max(0, skip - received.length)
+      let at = 0
+      if (rest !== undefined) {
+        // Completed with as few of this chunk's bytes as it needs: a chunk is not copied whole.
+        let head = Math.min(chunk.length, 4096)
+        let joined = Buffer.concat([rest, chunk.subarray(0, head)])
+        for (; this.rowEnd(joined, 0) === 0 && head < chunk.length; head = Math.min(chunk.length, 4 * head)) {
+          joined = Buffer.concat([rest, chunk.subarray(0, 4 * head)])
+        }
+        const end = this.rowEnd(joined, 0)
+        if (end === 0) {
+          rest = joined
+          continue
+        }
+        this.row(joined, 2, end)
+        at = end - rest.length
+        rest = undefined
+      }
+      for (let end = this.rowEnd(chunk, at); end > 0; end = this.rowEnd(chunk, at)) {
+        this.row(chunk, at + 2, end - at)
         at = end
       }
-      pending = pending.subarray(at)
+      if (at < chunk.length) rest = chunk.subarray(at)
     }
   }
 
