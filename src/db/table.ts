@@ -66,11 +66,7 @@ export class Table<New extends object, T extends Row> {
     const arrays = this.columns.map((_, c) => values.map(v => v[c]))
     const { rows } = await this.db.query<{ id: bigint }>(this.insertMany, arrays)
     if (rows.length !== inputs.length) throw new Error(`batch insert: ${rows.length} ids for ${inputs.length} rows`)
-    return values.map((row, i) => toRow<T>({ id: rows[i]?.id, ...this.record(row) }))
-  }
-
-  private record (values: unknown[]): Record<string, unknown> {
-    return Object.fromEntries(this.columns.map((column, i) => [column, values[i]]))
+    return values.map((row, i) => toRow<T>({ id: rows[i]?.id, ...Object.fromEntries(this.columns.map((c, j) => [c, row[j]])) }))
   }
 
   /** One row inside the caller's transaction (e.g. with its idempotency record). */
@@ -80,21 +76,21 @@ export class Table<New extends object, T extends Row> {
   }
 
   async get (id: bigint): Promise<T | undefined> {
-    const { rows } = await this.db.query(`${this.select} WHERE id = $1`, [id.toString()])
-    return rows[0] === undefined ? undefined : toRow<T>(rows[0])
+    return (await this.rows('id = $1', [id.toString()]))[0]
   }
 
   /** The rows with these ids that exist, in id order. */
   async getMany (ids: readonly bigint[]): Promise<T[]> {
-    const { rows } = await this.db.query(`${this.select} WHERE id = ANY($1::bigint[]) ORDER BY id`, [ids.map(String)])
-    return rows.map(row => toRow<T>(row))
+    return await this.rows('id = ANY($1::bigint[])', [ids.map(String)])
   }
 
   /** The rows with ids in [from, to), in id order. */
   async getRange (from: bigint, to: bigint): Promise<T[]> {
-    const { rows } = await this.db.query(`${this.select} WHERE id >= $1 AND id < $2 ORDER BY id`,
-      [from.toString(), to.toString()])
-    return rows.map(row => toRow<T>(row))
+    return await this.rows('id >= $1 AND id < $2', [from.toString(), to.toString()])
+  }
+
+  private async rows (where: string, values: unknown[]): Promise<T[]> {
+    return (await this.db.query(`${this.select} WHERE ${where} ORDER BY id`, values)).rows.map(row => toRow<T>(row))
   }
 
   /** Every row in id order, in chunks, from one snapshot (a cursor). */
