@@ -10,7 +10,6 @@ for (const [byte, escape] of [[8, 'b'], [9, 't'], [10, 'n'], [12, 'f'], [13, 'r'
   ESCAPES[byte] = escape.charCodeAt(0)
 }
 const HEX = Buffer.from('0123456789abcdef')
-const OPEN_ID = Buffer.from('{"id":')
 
 /**
  * Writes rows as the route's serializer does (the schema's member order, NULL members left out, int8 as a bare
@@ -101,37 +100,21 @@ export class JsonCopyWriter {
     if (this.length + 64 + 6 * bytes + 32 * this.members.length > this.out.length) {
       this.out = Buffer.concat([this.out.subarray(0, this.length)], 2 * this.out.length + 6 * bytes)
     }
-    this.bytes(OPEN_ID)
-    if (hi >= 0 && hi < 2 ** 21) this.digits(hi * 2 ** 32 + lo)
-    else this.ascii(data.readBigInt64BE(at + 4).toString())
+    this.ascii('{"id":')
+    this.ascii(hi >= 0 && hi < 2 ** 21 ? String(hi * 2 ** 32 + lo) : data.readBigInt64BE(at + 4).toString())
     let field = at + 12
     for (const { prefix, type } of this.members) {
       const length = data.readInt32BE(field)
       field += 4
       if (length === -1) continue
-      this.bytes(prefix)
+      this.length += prefix.copy(this.out, this.length)
       if (type === 'text') this.text(data, field, field + length)
       else if (type === 'boolean') this.ascii(data[field] === 0 ? 'false' : 'true')
       else if (type === 'bigint') this.ascii(data.readBigInt64BE(field).toString())
       else this.ascii(asNumber(data.readDoubleBE(field)))
       field += length
     }
-    this.out[this.length++] = 125 // },
-    this.out[this.length++] = 44
-  }
-
-  private bytes (bytes: Buffer): void {
-    for (let i = 0; i < bytes.length; i++) this.out[this.length++] = bytes[i] as number
-  }
-
-  private digits (value: number): void {
-    let end = this.length
-    for (let rest = value; rest >= 10; rest = Math.floor(rest / 10)) end++
-    this.length = end + 1
-    for (let rest = value; ; rest = Math.floor(rest / 10)) {
-      this.out[end--] = 48 + rest % 10
-      if (rest < 10) return
-    }
+    this.ascii('},')
   }
 
   private ascii (text: string): void {
