@@ -117,13 +117,13 @@ t.test('the database unreachable when a request fails and back for its retry: th
   await stillServing(t)
 })
 
-t.test('a backend terminated during a long list read (the cursor path): 503, then the whole list', async t => {
+t.test('a backend terminated during a long list read (the COPY path): 503, then the whole list', async t => {
   await admin.query("INSERT INTO categories (name) SELECT 'bulk ' || i FROM generate_series(1, 1500) AS i")
   let release: (() => void) | undefined
   const held = new Promise<void>(resolve => {
     proxy.onClientData = (chunk: Buffer, connection: ProxiedConnection) => {
-      if (release !== undefined || !chunk.includes('FETCH FORWARD')) return false
-      // Hold the first FETCH until its backend is gone.
+      if (release !== undefined || !chunk.includes('COPY (SELECT')) return false
+      // Hold the first COPY until its backend is gone.
       release = () => { connection.server.write(chunk) }
       resolve()
       return true
@@ -136,8 +136,8 @@ t.test('a backend terminated during a long list read (the cursor path): 503, the
     return release === undefined && res.statusCode === 200 ? undefined : res
   })
   await held
-  const { rows } = await admin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND query LIKE 'DECLARE categories_list%'")
-  t.equal(rows.length, 1, 'one backend holds the cursor')
+  const { rows } = await admin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND query LIKE 'BEGIN ISOLATION LEVEL REPEATABLE READ%'")
+  t.equal(rows.length, 1, 'one backend holds the snapshot')
   await admin.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid])
   await sleep(50)
   release?.()

@@ -1,12 +1,14 @@
 import type pg from 'pg'
 import type { TObject, TSchema } from 'typebox'
 import type { Database } from './database.js'
+import { JsonCopyWriter, type JsonSegment } from './json-copy.js'
 
 /** A row of a resource's table; a NULL column is undefined (the API shows only what was given). */
 export interface Row { id: bigint }
 
-/** Rows per chunk of a list read: a long list never exists as objects all at once. */
-export const LIST_CHUNK_ROWS = 1000
+/** Rows per chunk of a list read as objects, and per COPY of one written as JSON (well within the statement timeout). */
+const LIST_CHUNK_ROWS = 1000
+const COPY_ROWS = 100_000
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
 const SQL_TYPES: Record<string, string> = {
@@ -36,7 +38,8 @@ export class Table<New extends object, T extends Row> {
   private readonly insertOne: string
   private readonly insertMany: string
 
-  constructor (private readonly db: Database, readonly name: string, columnTypes: Record<string, string>) {
+  constructor (private readonly db: Database, readonly name: string,
+    private readonly columnTypes: Record<string, string>) {
     this.columns = Object.keys(columnTypes)
     if (!IDENTIFIER.test(name)) throw new Error(`not a plain SQL identifier: ${name}`)
     const list = this.columns.join(', ')
@@ -63,11 +66,7 @@ export class Table<New extends object, T extends Row> {
     const arrays = this.columns.map((_, c) => values.map(v => v[c]))
     const { rows } = await this.db.query<{ id: bigint }>(this.insertMany, arrays)
     if (rows.length !== inputs.length) throw new Error(`batch insert: ${rows.length} ids for ${inputs.length} rows`)
-    return values.map((row, i) => toRow<T>({ id: rows[i]?.id, ...this.record(row) }))
-  }
-
-  private record (values: unknown[]): Record<string, unknown> {
-    return Object.fromEntries(this.columns.map((column, i) => [column, values[i]]))
+    return values.map((row, i) => toRow<T>({ id: rows[i]?.id, ...Object.fromEntries(this.columns.map((c, j) => [c, row[j]])) }))
   }
 
   /** One row inside the caller's transaction (e.g. with its idempotency record). */
@@ -77,41 +76,52 @@ export class Table<New extends object, T extends Row> {
   }
 
   async get (id: bigint): Promise<T | undefined> {
-    const { rows } = await this.db.query(`${this.select} WHERE id = $1`, [id.toString()])
-    return rows[0] === undefined ? undefined : toRow<T>(rows[0])
+    return (await this.rows('id = $1', [id.toString()]))[0]
   }
 
   /** The rows with these ids that exist, in id order. */
   async getMany (ids: readonly bigint[]): Promise<T[]> {
-    const { rows } = await this.db.query(`${this.select} WHERE id = ANY($1::bigint[]) ORDER BY id`, [ids.map(String)])
-    return rows.map(row => toRow<T>(row))
+    return await this.rows('id = ANY($1::bigint[])', [ids.map(String)])
   }
 
   /** The rows with ids in [from, to), in id order. */
   async getRange (from: bigint, to: bigint): Promise<T[]> {
-    const { rows } = await this.db.query(`${this.select} WHERE id >= $1 AND id < $2 ORDER BY id`,
-      [from.toString(), to.toString()])
-    return rows.map(row => toRow<T>(row))
+    return await this.rows('id >= $1 AND id < $2', [from.toString(), to.toString()])
   }
 
-  /** Every row in id order, in chunks, from one snapshot: a short list in one statement, a long one by cursor. */
+  private async rows (where: string, values: unknown[]): Promise<T[]> {
+    return (await this.db.query(`${this.select} WHERE ${where} ORDER BY id`, values)).rows.map(row => toRow<T>(row))
+  }
+
+  /** Every row in id order, in chunks, from one snapshot (a cursor). */
   async listInChunks (onChunk: (rows: T[]) => void, chunkRows = LIST_CHUNK_ROWS): Promise<void> {
-    const ordered = `${this.select} ORDER BY id`
-    const { rows } = await this.db.query(`${ordered} LIMIT $1`, [chunkRows + 1])
-    if (rows.length <= chunkRows) {
-      if (rows.length > 0) onChunk(rows.map(row => toRow<T>(row)))
-      return
-    }
+    const fetch = `FETCH ${chunkRows} FROM ${this.name}_list`
     await this.db.withClient(async client => {
       await client.query('BEGIN READ ONLY')
-      await client.query(`DECLARE ${this.name}_list NO SCROLL CURSOR FOR ${ordered}`)
-      const fetch = `FETCH FORWARD ${chunkRows} FROM ${this.name}_list`
-      for (let chunk = await client.query(fetch); chunk.rows.length > 0; chunk = await client.query(fetch)) {
-        onChunk(chunk.rows.map(row => toRow<T>(row)))
-        if (chunk.rows.length < chunkRows) break
+      await client.query(`DECLARE ${this.name}_list NO SCROLL CURSOR FOR ${this.select} ORDER BY id`)
+      for (let { rows } = await client.query(fetch); rows.length > 0; { rows } = await client.query(fetch)) {
+        onChunk(rows.map(row => toRow<T>(row)))
       }
       await client.query('COMMIT')
     })
+  }
+
+  /** Every row in id order as JSON (json-copy.ts), segment by segment, from one snapshot. */
+  async listJson (segmentIds: bigint, onSegment: (segment: JsonSegment) => void, copyRows = COPY_ROWS):
+  Promise<void> {
+    const writer = new JsonCopyWriter(this.columnTypes, Number(segmentIds), onSegment)
+    const casts = Object.entries(this.columnTypes).map(([column, type]) => `${column}::${type}`).join(', ')
+    await this.db.withClient(async client => {
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
+      let where = ''
+      do {
+        await writer.copy(client, `COPY (SELECT id::bigint, ${casts} FROM ${this.name} ${where} ORDER BY id ` +
+          `LIMIT ${copyRows}) TO STDOUT (FORMAT binary)`)
+        where = `WHERE id > ${writer.lastId}`
+      } while (writer.copied === copyRows)
+      await client.query('COMMIT')
+    })
+    writer.finish()
   }
 
   /** Why this table cannot serve (missing, or its change-notification triggers are), or undefined. */

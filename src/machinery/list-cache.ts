@@ -1,16 +1,17 @@
 import { createHash, type Hash } from 'node:crypto'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import { Counter, Gauge, type Registry } from 'prom-client'
+import type { JsonSegment } from '../db/json-copy.js'
 import type { Row } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
 
-/** Where a list is read from (a resource's db/table.ts). */
+/** Where a list is read from (a resource's db/table.ts); the lists in id order, from one snapshot. */
 export interface ListSource<T extends Row> {
-  /** Every row in id order, in chunks, from one snapshot. */
   listInChunks: (onChunk: (rows: T[]) => void) => Promise<void>
-  /** The rows with these ids that exist, in id order. */
+  /** Faster, when the source can: every row as the route's schema writes it. */
+  listJson?: (segmentIds: bigint, onSegment: (segment: Segment) => void) => Promise<void>
   getMany: (ids: readonly bigint[]) => Promise<T[]>
-  /** The rows with ids in [from, to), in id order. */
+  /** The rows with ids in [from, to). */
   getRange: (from: bigint, to: bigint) => Promise<T[]>
 }
 
@@ -26,9 +27,9 @@ export type ListSerializer<T> = (rows: T[]) => string
 /** What notify_table_insert() announces (migrations): the inserted ids, ascending, comma-separated. */
 const INSERTED_IDS = /^[0-9]{1,19}(,[0-9]{1,19})*$/
 
-/** Ids per segment: a segment holds the rows whose id / SEGMENT_IDS is its key. */
+/** A segment holds the rows whose id / SEGMENT_IDS is its key. */
 const SEGMENT_IDS = 1024n
-/** Lists up to this size are sent as one Buffer, made once per version. */
+/** Lists up to this size are sent as one Buffer. */
 export const FLAT_BYTES = 1024 * 1024
 /** Bytes hashed between two turns of the event loop when a long list's tag is computed again. */
 const HASH_BYTES_PER_TURN = 8 * 1024 * 1024
@@ -37,13 +38,9 @@ const OPEN = Buffer.from('[')
 const COMMA = Buffer.from(',')
 const CLOSE = Buffer.from(']')
 
-/** Rows whose ids share a key, serialized: ids ascending, their JSON joined by commas. */
-interface Segment { key: bigint, ids: BigInt64Array, bytes: Buffer }
+type Segment = JsonSegment
 
-/**
- * The cached list: its segments in key order, and SHA-1 states so that a change rehashes only from the
- * first segment it touched: prefixes[i] has hashed every byte before segment i's (valid for i <= validPrefixes).
- */
+/** Segments in key order; prefixes[i] has hashed every byte before segment i's (for i <= validPrefixes). */
 interface Entry { segments: Segment[], prefixes: Hash[], validPrefixes: number, body: ListBody | undefined }
 
 type ReadSource = 'cache' | 'appended' | 'refresh' | 'database'
@@ -51,91 +48,50 @@ type ReadSource = 'cache' | 'appended' | 'refresh' | 'database'
 /** A change the cache must apply before the reads that come after it: rows it was handed, or ids it was told of. */
 type Change = { rows: Row[] } | { ids: bigint[] } | { keys: bigint[] }
 
-function items (array: string): string {
-  if (array[0] !== '[' || array[array.length - 1] !== ']') throw new Error('the list serializer did not write a JSON array')
-  return array.slice(1, -1)
-}
-
 const keyOf = (id: bigint): bigint => id / SEGMENT_IDS
-const byId = (a: Row, b: Row): number => a.id < b.id ? -1 : a.id > b.id ? 1 : 0
 
-/** Index of the first element of the sorted `values` not below `value`. */
-function lowerBound<V> (values: ArrayLike<V>, value: V): number {
+/** The first index in [0, count) whose item is not below the sought one. */
+function lowerBound (count: number, below: (i: number) => boolean): number {
   let low = 0
-  let high = values.length
+  let high = count
   while (low < high) {
     const mid = (low + high) >>> 1
-    if ((values[mid] as V) < value) low = mid + 1
+    if (below(mid)) low = mid + 1
     else high = mid
   }
   return low
 }
 
-/** Index of the segment with this key, or where it would go. */
-function segmentIndex (segments: readonly Segment[], key: bigint): number {
-  let low = 0
-  let high = segments.length
-  while (low < high) {
-    const mid = (low + high) >>> 1
-    if ((segments[mid] as Segment).key < key) low = mid + 1
-    else high = mid
-  }
-  return low
-}
+const segmentIndex = (segments: readonly Segment[], key: bigint): number =>
+  lowerBound(segments.length, i => (segments[i] as Segment).key < key)
+const idIndex = (ids: BigInt64Array, id: bigint): number => lowerBound(ids.length, i => (ids[i] as bigint) < id)
 
 function segmentOf<T extends Row> (rows: T[], serialize: ListSerializer<T>): Segment {
-  return { key: keyOf((rows[0] as T).id), ids: BigInt64Array.from(rows, row => row.id), bytes: Buffer.from(items(serialize(rows))) }
+  const bytes = Buffer.from(serialize(rows).slice(1, -1)) // the items of the array
+  return { key: keyOf((rows[0] as T).id), ids: BigInt64Array.from(rows, row => row.id), bytes }
 }
 
 /** Sorted rows cut where their key changes. */
 function byKey<T extends Row> (rows: T[]): T[][] {
   const groups: T[][] = []
-  for (let start = 0; start < rows.length;) {
-    const limit = (keyOf((rows[start] as T).id) + 1n) * SEGMENT_IDS
-    let end = start + 1
-    while (end < rows.length && (rows[end] as T).id < limit) end++
-    groups.push(rows.slice(start, end))
-    start = end
+  for (const row of rows) {
+    const group = groups.at(-1)
+    if (group !== undefined && keyOf((group[0] as T).id) === keyOf(row.id)) group.push(row)
+    else groups.push([row])
   }
   return groups
 }
 
-/** Builds segments from rows handed over in id order, chunk after chunk (a list read from the database). */
-class SegmentBuilder<T extends Row> {
-  readonly segments: Segment[] = []
-  private open: { key: bigint, ids: bigint[], parts: Buffer[] } | undefined
-
-  constructor (private readonly serialize: ListSerializer<T>) {}
-
-  add (rows: T[]): void {
-    for (const group of byKey(rows)) {
-      const key = keyOf((group[0] as T).id)
-      if (this.open !== undefined && this.open.key !== key) this.close()
-      this.open ??= { key, ids: [], parts: [] }
-      for (const row of group) this.open.ids.push(row.id)
-      this.open.parts.push(Buffer.from(items(this.serialize(group))))
-    }
+/** Hashes the entry's prefixes up to its last segment (which may still grow), as a build reads. */
+function hashPrefixes (entry: Entry): void {
+  const { segments, prefixes } = entry
+  for (let i = entry.validPrefixes; i < segments.length - 1; i++) {
+    prefixes[i + 1] = (prefixes[i] as Hash).copy().update((segments[i] as Segment).bytes).update(COMMA)
   }
-
-  finish (): Segment[] {
-    this.close()
-    return this.segments
-  }
-
-  private close (): void {
-    if (this.open === undefined) return
-    const { key, ids, parts } = this.open
-    const bytes = parts.length === 1 ? parts[0] as Buffer : Buffer.concat(parts.flatMap((part, i) => i === 0 ? [part] : [COMMA, part]))
-    this.segments.push({ key, ids: BigInt64Array.from(ids), bytes })
-    this.open = undefined
-  }
+  entry.validPrefixes = Math.max(0, segments.length - 1)
 }
 
-function newEntry (segments: Segment[]): Entry {
-  return { segments, prefixes: [createHash('sha1').update(OPEN)], validPrefixes: 0, body: undefined }
-}
-
-/** The bytes and tag of an entry, hashing again only from its first changed segment; a long rehash yields to the event loop. */
+/** The bytes and tag of an entry, hashing again from its first changed segment. */
 async function bodyOf (entry: Entry): Promise<ListBody> {
   const segments = entry.segments
   const prefixes = entry.prefixes.slice(0, entry.validPrefixes + 1)
@@ -166,38 +122,27 @@ async function bodyOf (entry: Entry): Promise<ListBody> {
 }
 
 export interface ListCacheOptions {
-  /** The feed that tells of changes, and the channel the table's trigger notifies. */
   feed: ChangeFeed
+  /** The channel the table's trigger notifies. */
   channel: string
-  /** Metric names start with this (`widgets` gives widgets_list_reads_total, widgets_change_feed_listening...). */
+  /** Metric names start with this (`widgets` gives widgets_list_reads_total...). */
   metricPrefix: string
   registry?: Registry
 }
 
 /**
- * A resource's serialized list, kept in memory while the change feed hears
- * notifications (it proves it by hearing its own probes: change-feed.ts); while
- * the feed is down or deaf every read goes to the database.
- *
- * The list is held in segments by id range, so that a change copies and rehashes
- * only from the segment it touches, never the whole list:
- * - rows this instance created (`created`, called before their 201s are sent) and
- *   rows another instance announced by id (`notified`) are added in id order,
- *   whatever order they committed in: appended or prepended to their segment, or,
- *   when they fall between its rows, the segment is read again from the database;
- * - any other change (`invalidate`: an update or delete, a create whose outcome is
- *   unknown, the feed losing or regaining its connection) drops the list, and the
- *   next read builds it again from one snapshot, in chunks.
- * A read waits until every change that came before it is applied. Concurrent
- * readers share one build; a generation counter keeps a build or a change that an
- * invalidation overtook from being installed.
+ * A resource's serialized list, kept while the change feed hears (change-feed.ts), else read from the database.
+ * Held in segments by id range, so that a change copies and rehashes only from the segment it touches: rows
+ * created here (`created`, before their 201s) and ids announced by others (`notified`) are added in id order,
+ * whatever order they committed in, the segment read again when they fall between its rows; any other change
+ * (`invalidate`) drops the list. A read waits for the changes before it; a generation counter keeps a build or
+ * change that an invalidation overtook from being installed.
  */
 export class ListCache<T extends Row> {
   private entry: Entry | undefined
   private generation = 0
   private building: { generation: number, promise: Promise<Entry> } | undefined
   private bodying: { entry: Entry, segments: Segment[], promise: Promise<ListBody> } | undefined
-  /** Changes not yet applied, in order, and how many have been announced and applied (a read waits for those before it). */
   private queue: Change[] = []
   private announced = 0
   private applied = 0
@@ -208,7 +153,6 @@ export class ListCache<T extends Row> {
   private readonly writes = new Set<Promise<unknown>>()
   private serialize: ListSerializer<T> | undefined
   private readonly feed: ChangeFeed
-  /** Reads by source, plain numbers: the Counter reads them when scraped. */
   private readonly reads: Record<ReadSource, number> = { cache: 0, appended: 0, refresh: 0, database: 0 }
 
   constructor (private readonly source: ListSource<T>, options: ListCacheOptions) {
@@ -217,10 +161,8 @@ export class ListCache<T extends Row> {
     if (options.registry !== undefined) registerMetrics(options, this.reads, () => this.echoes)
   }
 
-  /** True while the cache may be used (the change feed hears). */
   get listening (): boolean { return this.feed.listening }
 
-  /** Drops the list: the next read builds it from the database. */
   invalidate (): void {
     this.generation++
     this.entry = undefined
@@ -231,7 +173,7 @@ export class ListCache<T extends Row> {
   /** Rows this instance has committed. Must be called before their 201s are sent: the next read on this instance lists them. */
   created (rows: readonly T[]): void {
     if (rows.length === 0) return
-    const sorted = [...rows].sort(byId)
+    const sorted = [...rows].sort((a, b) => a.id < b.id ? -1 : 1)
     // Added at once (a notification of these rows may be waiting for them: their echo); during a build, after it.
     if (this.entry === undefined || this.serialize === undefined) {
       this.announce({ rows: sorted })
@@ -250,26 +192,21 @@ export class ListCache<T extends Row> {
   /** Runs an own create: rows announced meanwhile are looked for among its rows before they are read from the database. */
   async writing<R> (write: Promise<R>): Promise<R> {
     this.writes.add(write)
-    try {
-      return await write
-    } finally {
-      this.writes.delete(write)
-    }
+    return await write.finally(() => this.writes.delete(write))
   }
 
-  /** The list, from the cache when the feed hears, else from the database; `serialize` writes an array of rows as the route's schema does. */
+  /** The list; `serialize` writes an array of rows as the route's schema does. */
   async read (serialize: ListSerializer<T>): Promise<ListBody> {
     this.serialize = serialize
     if (!this.feed.listening) {
       this.reads.database++
-      return await this.load(serialize)
+      return await bodyOf(await this.snapshot(serialize))
     }
     let source: ReadSource = 'cache'
     let entry = this.entry
     if (entry === undefined) {
       source = 'refresh'
-      // Built from a snapshot taken after this read began: this read may be served from it even if a change
-      // overtook it, and it is not kept.
+      // From a snapshot taken after this read began: served even if a change overtook it (then not kept).
       entry = await this.build(serialize)
     } else {
       const until = this.announced
@@ -278,7 +215,7 @@ export class ListCache<T extends Row> {
       // Dropped meanwhile (a change the cache could not apply, or the feed went deaf): the database answers this one.
       if (entry === undefined) {
         this.reads.database++
-        return await this.load(serialize)
+        return await bodyOf(await this.snapshot(serialize))
       }
     }
     if (entry.body !== undefined) {
@@ -289,24 +226,26 @@ export class ListCache<T extends Row> {
     return await this.bodyOf(entry)
   }
 
-  private async load (serialize: ListSerializer<T>): Promise<ListBody> {
-    const builder = new SegmentBuilder(serialize)
-    await this.source.listInChunks(rows => { builder.add(rows) })
-    return await bodyOf(newEntry(builder.finish()))
+  private async snapshot (serialize: ListSerializer<T>): Promise<Entry> {
+    const entry: Entry = { segments: [], prefixes: [createHash('sha1').update(OPEN)], validPrefixes: 0, body: undefined }
+    const { segments } = entry
+    const add = (segment: Segment): void => {
+      const last = segments.at(-1)
+      if (last?.key === segment.key) segments[segments.length - 1] = joined(last, segment) // one key, two chunks
+      else segments.push(segment)
+      hashPrefixes(entry)
+    }
+    if (this.source.listJson !== undefined) await this.source.listJson(SEGMENT_IDS, add)
+    else await this.source.listInChunks(rows => { for (const group of byKey(rows)) add(segmentOf(group, serialize)) })
+    return entry
   }
 
-  /**
-   * One build at a time; readers that come meanwhile share it. It is installed unless an invalidation
-   * overtook it; changes announced while it read are applied after it (set semantics: a row already in
-   * its snapshot is not added twice).
-   */
+  /** One build at a time, shared; changes announced while it read are applied after it (a row it holds is not added twice). */
   private async build (serialize: ListSerializer<T>): Promise<Entry> {
     if (this.building?.generation !== this.generation) {
       const generation = this.generation
       const promise = (async () => {
-        const builder = new SegmentBuilder(serialize)
-        await this.source.listInChunks(rows => { builder.add(rows) })
-        const entry = newEntry(builder.finish())
+        const entry = await this.snapshot(serialize)
         if (generation === this.generation && this.feed.listening) {
           this.entry = entry
           this.work()
@@ -321,7 +260,7 @@ export class ListCache<T extends Row> {
     return await this.building.promise
   }
 
-  /** The entry's body, computed once per version and shared by the reads that ask meanwhile. */
+  /** The entry's body, computed once per version and shared. */
   private async bodyOf (entry: Entry): Promise<ListBody> {
     if (this.bodying?.entry !== entry || this.bodying.segments !== entry.segments) {
       const segments = entry.segments
@@ -342,7 +281,7 @@ export class ListCache<T extends Row> {
     this.work()
   }
 
-  /** Applies the queued changes in order, one at a time (after a build in flight). */
+  /** Applies the queued changes in order, one at a time. */
   private work (): void {
     if (this.working !== undefined || this.entry === undefined || this.queue.length === 0) return
     const generation = this.generation
@@ -364,18 +303,16 @@ export class ListCache<T extends Row> {
   }
 
   private async apply (change: Change, generation: number): Promise<void> {
-    if ('keys' in change) {
-      await this.reread(change.keys, generation)
-      return
+    const rows = 'rows' in change ? change.rows as T[] : 'ids' in change ? await this.unheld(change.ids, generation) : []
+    const keys = 'keys' in change ? change.keys : rows === undefined ? [] : this.add(rows)
+    for (const key of keys) {
+      const range = await this.source.getRange(key * SEGMENT_IDS, (key + 1n) * SEGMENT_IDS)
+      if (generation !== this.generation) return
+      this.replace(key, range)
     }
-    const rows = 'rows' in change ? change.rows as T[] : await this.unheld(change.ids, generation)
-    if (rows !== undefined) await this.reread(this.add(rows), generation)
   }
 
-  /**
-   * The rows of announced ids the list does not hold yet, read by id; undefined when it holds them all (the
-   * echo of this instance's own creates, which may still be under way) or the list was dropped meanwhile.
-   */
+  /** The rows of announced ids the list lacks, read by id; undefined if it has them all (own creates' echoes). */
   private async unheld (ids: bigint[], generation: number): Promise<T[] | undefined> {
     if (this.writes.size > 0 && ids.some(id => !this.has(id))) {
       await Promise.allSettled([...this.writes])
@@ -393,19 +330,10 @@ export class ListCache<T extends Row> {
     return rows
   }
 
-  /** Reads the segments of these keys again from the database (rows fell between their rows). */
-  private async reread (keys: bigint[], generation: number): Promise<void> {
-    for (const key of keys) {
-      const range = await this.source.getRange(key * SEGMENT_IDS, (key + 1n) * SEGMENT_IDS)
-      if (generation !== this.generation) return
-      this.replace(key, range)
-    }
-  }
-
   private has (id: bigint): boolean {
     const segments = this.entry?.segments ?? []
     const segment = segments[segmentIndex(segments, keyOf(id))]
-    return segment !== undefined && segment.key === keyOf(id) && segment.ids[lowerBound(segment.ids, id)] === id
+    return segment !== undefined && segment.key === keyOf(id) && segment.ids[idIndex(segment.ids, id)] === id
   }
 
   /** Adds rows (sorted) to their segments; returns the keys of segments they fall inside of, to be read again. */
@@ -422,7 +350,7 @@ export class ListCache<T extends Row> {
       if (segment === undefined || segment.key !== key) {
         segments.splice(at, 0, segmentOf(group, serialize))
       } else {
-        const fresh = group.filter(row => segment.ids[lowerBound(segment.ids, row.id)] !== row.id)
+        const fresh = group.filter(row => segment.ids[idIndex(segment.ids, row.id)] !== row.id)
         if (fresh.length === 0) continue
         const first = segment.ids[0] as bigint
         const last = segment.ids[segment.ids.length - 1] as bigint
@@ -473,10 +401,7 @@ function registerMetrics (options: ListCacheOptions, reads: Record<ReadSource, n
     help: 'List reads by source: cache, appended (the cache plus rows added since), refresh (built from the database, one build shared by waiting readers) or database (change feed down or deaf)',
     labelNames: ['source'],
     registers,
-    collect () {
-      this.reset()
-      for (const [source, count] of Object.entries(reads)) this.labels(source).inc(count)
-    }
+    collect () { this.reset(); for (const [source, count] of Object.entries(reads)) this.labels(source).inc(count) }
   })
   new Gauge({ name: `${prefix}_change_feed_listening`, help: '1 while the change feed hears notifications (its last probe was echoed) and the list cache may be used; 0: the list is read from the database', registers, collect () { this.set(feed.listening ? 1 : 0) } })
   new Gauge({ name: `${prefix}_change_feed_drops`, help: 'Times the change feed connection was lost, could not be made, or was found deaf', registers, collect () { this.set(feed.drops) } })

@@ -1,0 +1,148 @@
+import type pg from 'pg'
+import { to as copyTo } from 'pg-copy-streams'
+
+/** Rows whose ids share a key (id / segment size), as JSON: ids ascending, their objects joined by commas. */
+export interface JsonSegment { key: bigint, ids: BigInt64Array, bytes: Buffer }
+
+// JSON.stringify's escapes (fast-json-stringify's too): these two-character ones, the other C0 controls as \u00xx.
+const ESCAPES = new Uint8Array(128)
+for (const [byte, escape] of [[8, 'b'], [9, 't'], [10, 'n'], [12, 'f'], [13, 'r'], [34, '"'], [92, '\\']] as const) {
+  ESCAPES[byte] = escape.charCodeAt(0)
+}
+const HEX = Buffer.from('0123456789abcdef')
+
+/**
+ * Writes rows as the route's serializer does (the schema's member order, NULL members left out, int8 as a bare
+ * number) from the bytes of `COPY (SELECT id, <columns cast to their types>) TO STDOUT (FORMAT binary)`: no row
+ * objects, no strings. PostgreSQL sends valid UTF-8, so JSON.stringify's escaping is per byte.
+ */
+export class JsonCopyWriter {
+  private readonly members: Array<{ prefix: Buffer, type: string }>
+  private out = Buffer.allocUnsafe(1 << 20)
+  private length = 0
+  private readonly ids = new BigInt64Array(1024)
+  private readonly idBytes = new Uint8Array(this.ids.buffer)
+  private count = 0
+  private key = -1
+  /** Rows in the last copy. */
+  copied = 0
+
+  constructor (columns: Record<string, string>, private readonly size: number,
+    private readonly onSegment: (segment: JsonSegment) => void) {
+    this.members = Object.entries(columns).map(([name, type]) => ({ prefix: Buffer.from(`,"${name}":`), type }))
+    if (size > 1024 || 2 ** 32 % size !== 0) throw new Error('a segment size is a power of two up to 1024')
+  }
+
+  /** The id of the last row written (the open segment always holds it). */
+  get lastId (): bigint { return this.ids[this.count - 1] as bigint }
+
+  async copy (client: pg.ClientBase, sql: string): Promise<void> {
+    this.copied = 0
+    let skip = 19 // the signature, flags and an empty header extension
+    let rest: Buffer | undefined // a row begun in the chunks before
+    for await (const received of client.query(copyTo(sql)) as AsyncIterable<Buffer>) {
+      const chunk = received.subarray(skip)
+      skip = Math.max(0, skip - received.length)
+      let at = 0
+      if (rest !== undefined) {
+        // Completed with as few of this chunk's bytes as it needs: a chunk is not copied whole.
+        let head = Math.min(chunk.length, 4096)
+        let joined = Buffer.concat([rest, chunk.subarray(0, head)])
+        for (; this.rowEnd(joined, 0) === 0 && head < chunk.length; head = Math.min(chunk.length, 4 * head)) {
+          joined = Buffer.concat([rest, chunk.subarray(0, 4 * head)])
+        }
+        const end = this.rowEnd(joined, 0)
+        if (end === 0) {
+          rest = joined
+          continue
+        }
+        this.row(joined, 2, end)
+        at = end - rest.length
+        rest = undefined
+      }
+      for (let end = this.rowEnd(chunk, at); end > 0; end = this.rowEnd(chunk, at)) {
+        this.row(chunk, at + 2, end - at)
+        at = end
+      }
+      if (at < chunk.length) rest = chunk.subarray(at)
+    }
+  }
+
+  /** Hands over the open segment. */
+  finish (): void {
+    if (this.count === 0) return
+    const bytes = Buffer.from(this.out.subarray(0, this.length - 1)) // less its trailing comma
+    this.onSegment({ key: BigInt(this.key), ids: this.ids.slice(0, this.count), bytes })
+    this.count = this.length = 0
+  }
+
+  /** Where the row at `at` ends, or 0 while it is incomplete (or the trailer). */
+  private rowEnd (data: Buffer, at: number): number {
+    if (at + 2 > data.length) return 0
+    let end = at + 2
+    for (let field = data.readInt16BE(at); field > 0; field--) {
+      if (end + 4 > data.length) return 0
+      end += 4 + Math.max(0, data.readInt32BE(end))
+    }
+    return end > data.length || data.readInt16BE(at) < 0 ? 0 : end
+  }
+
+  private row (data: Buffer, at: number, bytes: number): void {
+    const hi = data.readInt32BE(at + 4)
+    const lo = data.readUInt32BE(at + 8)
+    const key = hi * (2 ** 32 / this.size) + Math.floor(lo / this.size)
+    if (key !== this.key) this.finish()
+    this.key = key
+    for (let b = 0; b < 8; b++) this.idBytes[8 * this.count + b] = data[at + 11 - b] as number // to little-endian
+    this.count++
+    this.copied++
+    // Escaping makes at most six bytes of one.
+    if (this.length + 64 + 6 * bytes + 32 * this.members.length > this.out.length) {
+      this.out = Buffer.concat([this.out.subarray(0, this.length)], 2 * this.out.length + 6 * bytes)
+    }
+    this.ascii('{"id":')
+    this.ascii(hi >= 0 && hi < 2 ** 21 ? String(hi * 2 ** 32 + lo) : data.readBigInt64BE(at + 4).toString())
+    let field = at + 12
+    for (const { prefix, type } of this.members) {
+      const length = data.readInt32BE(field)
+      field += 4
+      if (length === -1) continue
+      this.length += prefix.copy(this.out, this.length)
+      if (type === 'text') this.text(data, field, field + length)
+      else if (type === 'boolean') this.ascii(data[field] === 0 ? 'false' : 'true')
+      else if (type === 'bigint') this.ascii(data.readBigInt64BE(field).toString())
+      else this.ascii(asNumber(data.readDoubleBE(field)))
+      field += length
+    }
+    this.ascii('},')
+  }
+
+  private ascii (text: string): void {
+    for (let i = 0; i < text.length; i++) this.out[this.length++] = text.charCodeAt(i)
+  }
+
+  private text (data: Buffer, from: number, to: number): void {
+    const out = this.out
+    let j = this.length
+    out[j++] = 34
+    for (let i = from; i < to; i++) {
+      const byte = data[i] as number
+      if (byte >= 32 && byte !== 34 && byte !== 92) {
+        out[j++] = byte
+      } else if (ESCAPES[byte] !== 0) {
+        out[j++] = 92
+        out[j++] = ESCAPES[byte] as number
+      } else {
+        j += out.write(`\\u00${String.fromCharCode(HEX[byte >> 4] as number, HEX[byte & 15] as number)}`, j, 'latin1')
+      }
+    }
+    out[j++] = 34
+    this.length = j
+  }
+}
+
+// fast-json-stringify's asNumber: NaN has no JSON, an infinity is written as null.
+function asNumber (value: number): string {
+  if (Number.isNaN(value)) throw new Error('NaN cannot be written as JSON')
+  return Number.isFinite(value) ? String(value) : 'null'
+}
