@@ -31,35 +31,7 @@ export default [
     rules: { 'no-restricted-imports': ['error', { patterns: [{ group: ['**/packages/**'], message: 'Import @petstore/embedded-postgres, its one entry point.' }] }] }
   },
   {
-    files: [
-      'src/http/openapi.ts',
-      'src/http/protocol.ts',
-      'src/http/errors.ts',
-      'src/http/error-handler.ts',
-      'src/http/interoperable-json.ts',
-      'src/http/int64-id.ts',
-      'src/http/schemas.ts',
-      'src/http/json-body.ts',
-      'src/http/content-coding.ts',
-      'src/http/method-not-allowed.ts',
-      'src/http/cors.ts',
-      'src/http/singleton-headers.ts',
-      'src/http/lifecycle.ts',
-      'src/http/health.ts',
-      'src/http/metrics.ts',
-      'src/http/replies.ts',
-      'src/http/resource.ts',
-      'src/shared/text-rules.ts',
-      'src/machinery/idempotency.ts',
-      'src/machinery/create-batcher.ts',
-      'src/machinery/list-compression.ts',
-      'packages/embedded-postgres/src/*.ts',
-      'src/startup-checks.ts',
-      'src/startup-error.ts',
-      'src/pets/routes.ts',
-      'src/store/routes.ts',
-      'src/categories/schemas.ts'
-    ],
+    files: ['src/**/*.ts', 'packages/embedded-postgres/src/*.ts'],
     rules: { '@stylistic/max-len': ['error', { code: 120, ignoreUrls: true }] }
   }
 ]

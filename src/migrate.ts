@@ -3,7 +3,7 @@ import { runMigrations } from './db/migrate.js'
 import { describeBuildError } from './startup-checks.js'
 import { reportStartupFailure } from './startup-error.js'
 
-/** `npm run migrate` (`node dist/migrate.js` in the image): pending migrations on DATABASE_DIRECT_URL or DATABASE_URL. */
+/** `npm run migrate` (`node dist/migrate.js` in the image): pending migrations, on the service's database. */
 let logLevel = process.env.LOG_LEVEL
 try {
   const config = loadConfig()

@@ -107,7 +107,9 @@ try {
 }
 const started: Started = { app: undefined, undo: [] }
 const log = {
-  error: (m: string) => { if (started.app === undefined) console.error(`petstore: ${m}`); else started.app.log.error(m) }
+  error: (m: string) => {
+    if (started.app === undefined) console.error(`petstore: ${m}`); else started.app.log.error(m)
+  }
 }
 closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, logger: log }, async ({ signal, err }) => {
   const { app } = started

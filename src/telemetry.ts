@@ -39,7 +39,8 @@ function traceServerSpans ({ setRPCMetadata, RPCType }: typeof import('@opentele
     const { fastify } = message as { fastify: FastifyInstance }
     fastify.addHook('onRequest', (request, _reply, done) => {
       const parent = propagation.extract(ROOT_CONTEXT, request.headers)
-      const span = isProbe(request.url) ? undefined : tracer.startSpan(request.method, { kind: SpanKind.SERVER }, parent)
+      const kind = SpanKind.SERVER
+      const span = isProbe(request.url) ? undefined : tracer.startSpan(request.method, { kind }, parent)
       if (span?.isRecording() !== true) { done(); return }
       const route = request.routeOptions.url
       if (route !== undefined) span.updateName(`${request.method} ${route}`)
@@ -66,23 +67,26 @@ function traceServerSpans ({ setRPCMetadata, RPCType }: typeof import('@opentele
   })
 }
 
-/** Starts the SDK as OTEL_* says (service.name defaults to petstore); `spanProcessors` replaces the exporter (tests). */
+/** Starts the SDK as OTEL_* says (service.name: petstore by default); `spanProcessors` replace the exporter (tests). */
 export async function startTelemetry (options: { spanProcessors?: SpanProcessor[] } = {}): Promise<Telemetry> {
   // ESM: `import` of a CommonJS package (ioredis) bypasses require hooks; import-in-the-middle's loader lets the
   // instrumentations wrap it, and (through the message channel) only the modules they hook.
-  const [{ register }, { createAddHookMessageChannel }] = await Promise.all([import('node:module'), import('import-in-the-middle')])
+  const { register } = await import('node:module')
+  const { createAddHookMessageChannel } = await import('import-in-the-middle')
   const { registerOptions, waitForAllMessagesAcknowledged } = createAddHookMessageChannel()
   register('import-in-the-middle/hook.mjs', import.meta.url, registerOptions)
-  const [{ NodeSDK }, { PgInstrumentation }, { IORedisInstrumentation }, { FastifyOtelInstrumentation }, core] = await Promise.all([
+  const modules = await Promise.all([
     import('@opentelemetry/sdk-node'),
     import('@opentelemetry/instrumentation-pg'),
     import('@opentelemetry/instrumentation-ioredis'),
     import('@fastify/otel'),
     import('@opentelemetry/core')
   ])
+  const [{ NodeSDK }, { PgInstrumentation }, { IORedisInstrumentation }, { FastifyOtelInstrumentation }, core] = modules
   traceServerSpans(core) // before @fastify/otel subscribes to the same channel: the server span's hook runs first
   const env = process.env
-  const namedElsewhere = (env.OTEL_SERVICE_NAME ?? '') !== '' || /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? '')
+  const namedElsewhere = (env.OTEL_SERVICE_NAME ?? '') !== '' ||
+    /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? '')
   const sdk = new NodeSDK({
     ...(namedElsewhere ? {} : { serviceName: 'petstore' }),
     ...(options.spanProcessors === undefined ? {} : { spanProcessors: options.spanProcessors }),
@@ -100,7 +104,9 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
         // Asked per route ({ handler, … }) and per request ({ url, method }): not for a request without a server span.
         ignorePaths: (route: { url: string, handler?: unknown }) =>
           isProbe(route.url) || (route.handler === undefined && trace.getActiveSpan() === undefined),
-        requestHook: (span, request) => { if (request.url.includes('?')) span.setAttribute('url.path', request.url.split('?')[0] ?? '') }
+        requestHook: (span, request) => {
+          if (request.url.includes('?')) span.setAttribute('url.path', request.url.split('?')[0] ?? '')
+        }
       })
     ]
   })

@@ -6,7 +6,7 @@ import { JsonCopyWriter, type JsonSegment } from './json-copy.js'
 /** A row of a resource's table; a NULL column is undefined (the API shows only what was given). */
 export interface Row { id: bigint }
 
-/** Rows per chunk of a list read as objects, and per COPY of one written as JSON (well within the statement timeout). */
+/** Rows per chunk of a list read as objects, and per COPY of one written as JSON (well within a statement timeout). */
 const LIST_CHUNK_ROWS = 1000
 const COPY_ROWS = 100_000
 
@@ -66,7 +66,8 @@ export class Table<New extends object, T extends Row> {
     const arrays = this.columns.map((_, c) => values.map(v => v[c]))
     const { rows } = await this.db.query<{ id: bigint }>(this.insertMany, arrays)
     if (rows.length !== inputs.length) throw new Error(`batch insert: ${rows.length} ids for ${inputs.length} rows`)
-    return values.map((row, i) => toRow<T>({ id: rows[i]?.id, ...Object.fromEntries(this.columns.map((c, j) => [c, row[j]])) }))
+    return values.map((row, i) =>
+      toRow<T>({ id: rows[i]?.id, ...Object.fromEntries(this.columns.map((c, j) => [c, row[j]])) }))
   }
 
   /** One row inside the caller's transaction (e.g. with its idempotency record). */

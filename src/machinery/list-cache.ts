@@ -21,7 +21,7 @@ export interface ListSource<T extends Row> {
  */
 export interface ListBody { body: Buffer | readonly Buffer[], length: number, etag: string }
 
-/** The route's own serializer of an array of rows (fast-json-stringify): the cached bytes are what the schema writes. */
+/** The route's own serializer of an array of rows (fast-json-stringify): the cached bytes are what it writes. */
 export type ListSerializer<T> = (rows: T[]) => string
 
 /** What notify_table_insert() announces (migrations): the inserted ids, ascending, comma-separated. */
@@ -157,7 +157,10 @@ export class ListCache<T extends Row> {
 
   constructor (private readonly source: ListSource<T>, options: ListCacheOptions) {
     this.feed = options.feed
-    options.feed.subscribe(options.channel, { notified: payload => { this.notified(payload) }, invalidate: () => { this.invalidate() } })
+    options.feed.subscribe(options.channel, {
+      notified: payload => { this.notified(payload) },
+      invalidate: () => { this.invalidate() }
+    })
     if (options.registry !== undefined) registerMetrics(options, this.reads, () => this.echoes)
   }
 
@@ -170,7 +173,7 @@ export class ListCache<T extends Row> {
     this.applied = this.announced
   }
 
-  /** Rows this instance has committed. Must be called before their 201s are sent: the next read on this instance lists them. */
+  /** Rows this instance committed; called before their 201s are sent, so the next read here lists them. */
   created (rows: readonly T[]): void {
     if (rows.length === 0) return
     const sorted = [...rows].sort((a, b) => a.id < b.id ? -1 : 1)
@@ -183,13 +186,13 @@ export class ListCache<T extends Row> {
     if (keys.length > 0) this.announce({ keys })
   }
 
-  /** A notification on the table's channel: the ids an insert committed (read and added before the next read), or anything else (dropped). */
+  /** A notification on the table's channel: ids an insert committed (added before the next read), or else a drop. */
   private notified (payload: string): void {
     if (INSERTED_IDS.test(payload)) this.announce({ ids: payload.split(',').map(BigInt) })
     else this.invalidate()
   }
 
-  /** Runs an own create: rows announced meanwhile are looked for among its rows before they are read from the database. */
+  /** Runs an own create: rows announced meanwhile are looked for among its rows before being read from the database. */
   async writing<R> (write: Promise<R>): Promise<R> {
     this.writes.add(write)
     return await write.finally(() => this.writes.delete(write))
@@ -227,7 +230,8 @@ export class ListCache<T extends Row> {
   }
 
   private async snapshot (serialize: ListSerializer<T>): Promise<Entry> {
-    const entry: Entry = { segments: [], prefixes: [createHash('sha1').update(OPEN)], validPrefixes: 0, body: undefined }
+    const prefixes = [createHash('sha1').update(OPEN)]
+    const entry: Entry = { segments: [], prefixes, validPrefixes: 0, body: undefined }
     const { segments } = entry
     const add = (segment: Segment): void => {
       const last = segments.at(-1)
@@ -240,7 +244,7 @@ export class ListCache<T extends Row> {
     return entry
   }
 
-  /** One build at a time, shared; changes announced while it read are applied after it (a row it holds is not added twice). */
+  /** One build at a time, shared; changes announced while it read are applied after it (none added twice). */
   private async build (serialize: ListSerializer<T>): Promise<Entry> {
     if (this.building?.generation !== this.generation) {
       const generation = this.generation
@@ -303,7 +307,9 @@ export class ListCache<T extends Row> {
   }
 
   private async apply (change: Change, generation: number): Promise<void> {
-    const rows = 'rows' in change ? change.rows as T[] : 'ids' in change ? await this.unheld(change.ids, generation) : []
+    let rows: T[] | undefined = []
+    if ('rows' in change) rows = change.rows as T[]
+    else if ('ids' in change) rows = await this.unheld(change.ids, generation)
     const keys = 'keys' in change ? change.keys : rows === undefined ? [] : this.add(rows)
     for (const key of keys) {
       const range = await this.source.getRange(key * SEGMENT_IDS, (key + 1n) * SEGMENT_IDS)
@@ -398,16 +404,30 @@ function registerMetrics (options: ListCacheOptions, reads: Record<ReadSource, n
   /* eslint-disable no-new */
   new Counter({
     name: `${prefix}_list_reads_total`,
-    help: 'List reads by source: cache, appended (the cache plus rows added since), refresh (built from the database, one build shared by waiting readers) or database (change feed down or deaf)',
+    help: 'List reads by source: cache, appended (the cache plus rows added since), refresh (built from the ' +
+      'database, one build shared by waiting readers) or database (change feed down or deaf)',
     labelNames: ['source'],
     registers,
     collect () { this.reset(); for (const [source, count] of Object.entries(reads)) this.labels(source).inc(count) }
   })
-  new Gauge({ name: `${prefix}_change_feed_listening`, help: '1 while the change feed hears notifications (its last probe was echoed) and the list cache may be used; 0: the list is read from the database', registers, collect () { this.set(feed.listening ? 1 : 0) } })
-  new Gauge({ name: `${prefix}_change_feed_drops`, help: 'Times the change feed connection was lost, could not be made, or was found deaf', registers, collect () { this.set(feed.drops) } })
-  new Gauge({ name: `${prefix}_change_feed_probes_missed`, help: 'Probe notifications the change feed sent through the pool and did not hear in time', registers, collect () { this.set(feed.probesMissed) } })
-  new Gauge({ name: `${prefix}_change_feed_echo_seconds`, help: 'Time from sending the change feed\'s last heard probe notification to its echo', registers, collect () { this.set(feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000) } })
-  new Gauge({ name: `${prefix}_change_feed_own_echoes`, help: 'Notifications that announced only rows the cached list already had (this instance\'s own creates)', registers, collect () { this.set(echoes()) } })
-  new Gauge({ name: `${prefix}_change_feed_connection_info`, help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)', labelNames: ['connection'], registers, collect () { this.labels(feed.connectionName).set(1) } })
+  const gauge = (name: string, help: string, value: () => number): void => {
+    new Gauge({ name: `${prefix}_change_feed_${name}`, help, registers, collect () { this.set(value()) } })
+  }
+  gauge('listening', '1 while the change feed hears notifications (its last probe was echoed) and the list cache ' +
+    'may be used; 0: the list is read from the database', () => feed.listening ? 1 : 0)
+  gauge('drops', 'Times the change feed connection was lost, could not be made, or was found deaf', () => feed.drops)
+  gauge('probes_missed', 'Probe notifications the change feed sent through the pool and did not hear in time',
+    () => feed.probesMissed)
+  gauge('echo_seconds', 'Time from sending the change feed\'s last heard probe notification to its echo',
+    () => feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000)
+  gauge('own_echoes', 'Notifications that announced only rows the cached list already had (this instance\'s own ' +
+    'creates)', echoes)
+  new Gauge({
+    name: `${prefix}_change_feed_connection_info`,
+    help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)',
+    labelNames: ['connection'],
+    registers,
+    collect () { this.labels(feed.connectionName).set(1) }
+  })
   /* eslint-enable no-new */
 }
