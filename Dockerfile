@@ -18,7 +18,7 @@ RUN --mount=type=cache,target=/root/.npm,sharing=locked \
     node -e 'const fs = require("fs"), p = require("./package.json"), keep = process.argv.slice(1); \
       p.devDependencies = Object.fromEntries(Object.entries(p.devDependencies).filter(([name]) => keep.includes(name))); \
       delete p.workspaces; fs.writeFileSync("package.json", JSON.stringify(p))' \
-      typescript @types/node @types/pg @opentelemetry/sdk-trace \
+      typescript @types/node @types/pg @types/pg-copy-streams @opentelemetry/sdk-trace \
  && npm ci --ignore-scripts --prefer-offline --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY packages/embedded-postgres ./packages/embedded-postgres

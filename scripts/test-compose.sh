@@ -130,6 +130,27 @@ out=$(psql_as postgres "$superuser_password" 'SELECT pg_sleep(5.5)') && pass "an
 grep -q 'canceling statement due to statement timeout' <<<"$(psql_as petstore "$service_password" 'SELECT pg_sleep(5.5)')" \
   && pass "the same statement as petstore is cancelled at 5 s" || fail "petstore's 5.5 s statement was not cancelled"
 
+step "managed keys: issued and revoked with docker compose run while the API runs"
+keys() { c run --rm -T migrate node dist/keys.js "$@" 2>>"$work/keys.err"; }
+created=$(keys create --name compose-reader --scope read) || { cat "$work/keys.err"; fail "keys create"; }
+managed=$(tail -n1 <<<"$created")
+[[ "$managed" =~ ^petstore_[0-9A-Za-z]{36}$ ]] && pass "keys create: the key alone on its last line" || fail "keys create printed: $created"
+status() { curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $managed" "$@"; }
+code=$(status "$base/v1/categories"); [ "$code" = 200 ] && pass "the new read key lists: 200" || fail "the new key: $code"
+code=$(status -H 'content-type: application/json' -d '{"name":"by a reader"}' "$base/v1/categories")
+[ "$code" = 403 ] && pass "and may not create: 403" || fail "the read key's create: $code"
+listed=$(keys list --json) || fail "keys list --json"
+grep -qF "$managed" <<<"$listed" && fail "keys list shows the key" || pass "keys list never shows the key"
+managed_id=$(node -e 'const k = JSON.parse(process.argv[1]).find(k => k.name === "compose-reader"); console.log(k ? k.id : "")' "$listed")
+[ -n "$managed_id" ] && pass "keys list --json names it (id $managed_id)" || fail "keys list --json: $listed"
+keys revoke "$managed_id" >/dev/null || fail "keys revoke"
+revoked=$(date +%s%N); code=$(status "$base/v1/categories")
+while [ "$code" != 401 ] && [ $(( ($(date +%s%N) - revoked) / 1000000 )) -lt 1000 ]; do sleep 0.05; code=$(status "$base/v1/categories"); done
+[ "$code" = 401 ] && pass "revoked: 401 within $(( ($(date +%s%N) - revoked) / 1000000 )) ms" || fail "1 s after the revocation: $code"
+grep -qF "$managed" <(docker logs "$api" 2>&1) && fail "the managed key appears in the API's log" || pass "managed key not in the log"
+grep -q "\"apiKeyId\":\"$managed_id\"" <(docker logs "$api" 2>&1) && pass "the API's log names key $managed_id" \
+  || fail "no log line names key $managed_id"
+
 step "down, up: the data is kept"
 t0=$(date +%s%N)
 c down >"$work/down.log" 2>&1 || { cat "$work/down.log"; fail "compose down"; }
