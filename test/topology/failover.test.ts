@@ -45,7 +45,7 @@ async function failover (t: Test, order: Order, tag: string): Promise<void> {
   t.teardown(async () => { await proxy.close() })
   const apiKey = `topology-${randomBytes(8).toString('hex')}`
   const instances = await startInstances(t, { count: 2, databaseUrl: proxy.url(primary.url('petstore')), apiKey })
-  // Longer than one chunk (1000 rows): list reads from the database go through the cursor.
+  // A long list: list reads from the database are builds (one snapshot, COPY).
   await primary.query("INSERT INTO categories (name) SELECT 'seeded ' || i FROM generate_series(1, $1::int) AS i", [SEED_ROWS], 'petstore')
   const before = await tableRows(primary.url('petstore'))
 
