@@ -1,4 +1,3 @@
-import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { loadConfig, sha256, type Config } from './config.js'
@@ -23,13 +22,9 @@ async function connect (config: Config): Promise<{ url: string, stop: () => Prom
     return { url, stop: async () => {} }
   }
   const dir = path.resolve(config.dataDir)
-  const { ownerIsAlive, parseOwner, refused, SERVICE_ROLE, startEmbeddedPostgres } = await loadEmbedded()
-  const owner = parseOwner(await readFile(path.join(dir, 'petstore.lock'), 'utf8').catch(() => ''))
-  if (owner?.postgresPort !== undefined && ownerIsAlive(owner)) {
-    const password = (await readFile(path.join(dir, `${SERVICE_ROLE}-password`), 'utf8')).trim()
-    const address = `127.0.0.1:${owner.postgresPort}/postgres`
-    return { url: `postgres://${SERVICE_ROLE}:${encodeURIComponent(password)}@${address}`, stop: async () => {} }
-  }
+  const { refused, runningServiceUrl, startEmbeddedPostgres } = await loadEmbedded()
+  const running = await runningServiceUrl(dir).catch(refused)
+  if (running !== undefined) return { url: running, stop: async () => {} }
   process.stderr.write(`keys: DATABASE_URL is not set; starting the embedded PostgreSQL (data in ${dir})\n`)
   const embedded = await startEmbeddedPostgres({ dir }).catch(refused)
   const quiet = { info: () => {}, warn: () => {}, error: () => {} }

@@ -62,8 +62,16 @@ export function parseOwner (text: string): LockOwner | undefined {
   }
 }
 
+const lockFile = (dir: string): string => path.join(dir, 'petstore.lock')
+
+/** The live process that owns the data directory now, if any. */
+export async function currentOwner (dir: string): Promise<LockOwner | undefined> {
+  const owner = parseOwner(await readFile(lockFile(dir), 'utf8').catch(() => ''))
+  return owner !== undefined && ownerIsAlive(owner) ? owner : undefined
+}
+
 export async function lockDataDir (dir: string, address?: string): Promise<DataDirLock> {
-  const file = path.join(dir, 'petstore.lock')
+  const file = lockFile(dir)
   const hint = 'set DATA_DIR to a directory this user can write'
   await mkdir(dir, { recursive: true, mode: 0o700 }).catch((err: unknown) => {
     throw new EmbeddedPostgresError(`cannot create DATA_DIR ${dir}: ${(err as Error).message}; ${hint}`, { cause: err })

