@@ -16,8 +16,7 @@ export function isProtectedPath (url: string): boolean {
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** SHA-256 of the API key that authenticated this request (never the key itself); null outside /v1. */
-    apiKeyDigest: Buffer | null
+    /** The key that authenticated this request (its id, scope and SHA-256, never the key); null outside /v1. */
     apiKey: AuthenticatedKey | null
   }
   interface FastifyInstance {
@@ -58,7 +57,6 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
   app.decorate('apiKeys', store)
   app.addHook('onReady', async () => { await store.start() })
   app.addHook('onClose', async () => { await store.stop() })
-  app.decorateRequest('apiKeyDigest', null)
   app.decorateRequest('apiKey', null)
   await app.register(bearerAuth, {
     keys: new Set<string>(),
@@ -67,7 +65,6 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
       const found = matchStatic(digest) ?? (wellFormedKey(key) ? store.find(digest) : undefined)
       if (found === undefined) return false
       request.apiKey = found
-      request.apiKeyDigest = found.digest
       return true
     },
     addHook: false,
@@ -94,7 +91,7 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
         admit(request, reply, done)
         return
       }
-      request.apiKey = request.apiKeyDigest = null
+      request.apiKey = null
       limits.failed(request, reply).then(() => { done(unauthorized(request)) }, done)
     })
   })

@@ -2,6 +2,7 @@ import { createHmac } from 'node:crypto'
 import rateLimit, { normalizeIP, type FastifyRateLimitStoreCtor } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import type { AuthenticatedKey } from './api-keys.js'
 import { ApiError } from './errors.js'
 import { LocalRateLimitStore, SharedRateLimitStore } from './rate-limit-store.js'
 
@@ -84,7 +85,7 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
   const perKey = app.createRateLimit({
     max: (request) => request.apiKey?.ratePerMinute ?? options.perKeyPerMinute,
     timeWindow: MINUTE,
-    keyGenerator: (request) => `per-key:${perKeyNameOf(request.apiKeyDigest as Buffer)}`
+    keyGenerator: (request) => `per-key:${perKeyNameOf((request.apiKey as AuthenticatedKey).digest)}`
   })
   const hasPerKeyLimit = (request: FastifyRequest): boolean =>
     options.perKeyPerMinute > 0 || request.apiKey?.ratePerMinute !== undefined

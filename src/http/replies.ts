@@ -4,6 +4,7 @@ import type { Row } from '../db/table.js'
 import type { Collection } from '../machinery/collection.js'
 import type { ListSerializer } from '../machinery/list-cache.js'
 import { encodedTag } from '../machinery/list-compression.js'
+import type { AuthenticatedKey } from './api-keys.js'
 import { addVary, negotiateEncoding } from './content-coding.js'
 import { notFound } from './errors.js'
 
@@ -54,7 +55,7 @@ export function createHandler<New extends object, T extends Row> (resource: Coll
       return
     }
     const serialize = reply.getSerializationFunction('201') as unknown as (row: T) => string
-    const outcome = await resource.createIdempotent(request.apiKeyDigest as Buffer, key, input,
+    const outcome = await resource.createIdempotent((request.apiKey as AuthenticatedKey).digest, key, input,
       row => ({ status: 201, body: serialize(row), location: `${path}/${row.id}` }))
     const { response } = outcome
     if (response.location !== null) reply.header('location', response.location)
