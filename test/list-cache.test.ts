@@ -268,9 +268,9 @@ t.test('the list cache on its own: own rows committed while a build reads the ta
   let hold: { read: () => void, release: Promise<void> } | undefined
   let snapshot: string[] = []
   const heldTable: ListSource<Category> = {
-    listInChunks: async (onChunk) => {
+    listJson: async (segmentIds, onSegment) => {
       snapshot = []
-      await table.listInChunks(rows => { snapshot.push(...rows.map(row => row.name)); onChunk(rows) })
+      await table.listJson(segmentIds, segment => { snapshot.push(...(JSON.parse(`[${segment.bytes.toString()}]`) as Category[]).map(row => row.name)); onSegment(segment) })
       const held = hold
       if (held !== undefined) { held.read(); await held.release }
     },

@@ -1,19 +1,12 @@
 import { createHash, type Hash } from 'node:crypto'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import { Counter, Gauge, type Registry } from 'prom-client'
-import type { JsonSegment } from '../db/json-copy.js'
-import type { Row } from '../db/table.js'
+import type { JsonSegment as Segment } from '../db/json-copy.js'
+import type { Row, Table } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
 
-/** Where a list is read from (a resource's db/table.ts); the lists in id order, from one snapshot. */
-export interface ListSource<T extends Row> {
-  listInChunks: (onChunk: (rows: T[]) => void) => Promise<void>
-  /** Faster, when the source can: every row as the route's schema writes it. */
-  listJson?: (segmentIds: bigint, onSegment: (segment: Segment) => void) => Promise<void>
-  getMany: (ids: readonly bigint[]) => Promise<T[]>
-  /** The rows with ids in [from, to). */
-  getRange: (from: bigint, to: bigint) => Promise<T[]>
-}
+/** Where a list is read from: a resource's table. */
+export type ListSource<T extends Row> = Pick<Table<object, T>, 'listJson' | 'getMany' | 'getRange'>
 
 /**
  * A list as sent: its bytes and its strong ETag (the SHA-1 of the bytes). A short list is one Buffer; a long one
@@ -27,10 +20,8 @@ export type ListSerializer<T> = (rows: T[]) => string
 /** What notify_table_insert() announces (migrations): the inserted ids, ascending, comma-separated. */
 const INSERTED_IDS = /^[0-9]{1,19}(,[0-9]{1,19})*$/
 
-/** A segment holds the rows whose id / SEGMENT_IDS is its key. */
-const SEGMENT_IDS = 1024n
-/** Lists up to this size are sent as one Buffer. */
-export const FLAT_BYTES = 1024 * 1024
+const SEGMENT_IDS = 1024n // a segment holds the rows whose id / SEGMENT_IDS is its key
+const FLAT_BYTES = 1024 * 1024
 /** Bytes hashed between two turns of the event loop when a long list's tag is computed again. */
 const HASH_BYTES_PER_TURN = 8 * 1024 * 1024
 
@@ -38,37 +29,44 @@ const OPEN = Buffer.from('[')
 const COMMA = Buffer.from(',')
 const CLOSE = Buffer.from(']')
 
-type Segment = JsonSegment
-
 /** Segments in key order; prefixes[i] has hashed every byte before segment i's (for i <= validPrefixes). */
-interface Entry { segments: Segment[], prefixes: Hash[], validPrefixes: number, body: ListBody | undefined }
+interface Entry {
+  segments: Segment[]
+  prefixes: Hash[]
+  validPrefixes: number
+  body?: ListBody
+  computing?: Promise<ListBody>
+}
 
 type ReadSource = 'cache' | 'appended' | 'refresh' | 'database'
 
-/** A change the cache must apply before the reads that come after it: rows it was handed, or ids it was told of. */
-type Change = { rows: Row[] } | { ids: bigint[] } | { keys: bigint[] }
-
 const keyOf = (id: bigint): bigint => id / SEGMENT_IDS
 
-/** The first index in [0, count) whose item is not below the sought one. */
-function lowerBound (count: number, below: (i: number) => boolean): number {
+/** The first index whose item is not below the sought one, in items sorted ascending. */
+function lowerBound<I> (items: ArrayLike<I>, below: (item: I) => boolean): number {
   let low = 0
-  let high = count
+  let high = items.length
   while (low < high) {
     const mid = (low + high) >>> 1
-    if (below(mid)) low = mid + 1
+    if (below(items[mid] as I)) low = mid + 1
     else high = mid
   }
   return low
 }
 
-const segmentIndex = (segments: readonly Segment[], key: bigint): number =>
-  lowerBound(segments.length, i => (segments[i] as Segment).key < key)
-const idIndex = (ids: BigInt64Array, id: bigint): number => lowerBound(ids.length, i => (ids[i] as bigint) < id)
+const segmentIndex = (segments: readonly Segment[], key: bigint): number => lowerBound(segments, s => s.key < key)
+const idIndex = (ids: BigInt64Array, id: bigint): number => lowerBound(ids, item => item < id)
 
 function segmentOf<T extends Row> (rows: T[], serialize: ListSerializer<T>): Segment {
   const bytes = Buffer.from(serialize(rows).slice(1, -1)) // the items of the array
   return { key: keyOf((rows[0] as T).id), ids: BigInt64Array.from(rows, row => row.id), bytes }
+}
+
+function joined (a: Segment, b: Segment): Segment {
+  const ids = new BigInt64Array(a.ids.length + b.ids.length)
+  ids.set(a.ids)
+  ids.set(b.ids, a.ids.length)
+  return { key: a.key, ids, bytes: Buffer.concat([a.bytes, COMMA, b.bytes]) }
 }
 
 /** Sorted rows cut where their key changes. */
@@ -82,43 +80,45 @@ function byKey<T extends Row> (rows: T[]): T[][] {
   return groups
 }
 
-/** Hashes the entry's prefixes up to its last segment (which may still grow), as a build reads. */
-function hashPrefixes (entry: Entry): void {
-  const { segments, prefixes } = entry
-  for (let i = entry.validPrefixes; i < segments.length - 1; i++) {
-    prefixes[i + 1] = (prefixes[i] as Hash).copy().update((segments[i] as Segment).bytes).update(COMMA)
+/**
+ * Hashes prefixes from `from` on, up to the last segment (which may still grow) or HASH_BYTES_PER_TURN;
+ * returns where it stopped.
+ */
+function hashPrefixes (prefixes: Hash[], segments: readonly Segment[], from: number): number {
+  let hashed = 0
+  let i = from
+  for (; i < segments.length - 1 && hashed < HASH_BYTES_PER_TURN; i++) {
+    const { bytes } = segments[i] as Segment
+    prefixes[i + 1] = (prefixes[i] as Hash).copy().update(bytes).update(COMMA)
+    hashed += bytes.length
   }
-  entry.validPrefixes = Math.max(0, segments.length - 1)
+  return i
+}
+
+/** Parts as a ListBody: one Buffer up to FLAT_BYTES, else the parts themselves. */
+export function listBody (parts: Buffer[], etag: string): ListBody {
+  const length = parts.reduce((sum, part) => sum + part.length, 0)
+  return { body: length <= FLAT_BYTES ? Buffer.concat(parts, length) : parts, length, etag }
 }
 
 /** The bytes and tag of an entry, hashing again from its first changed segment. */
 async function bodyOf (entry: Entry): Promise<ListBody> {
   const segments = entry.segments
   const prefixes = entry.prefixes.slice(0, entry.validPrefixes + 1)
-  let sinceTurn = 0
-  for (let i = entry.validPrefixes; i < segments.length - 1; i++) {
-    const bytes = (segments[i] as Segment).bytes
-    prefixes[i + 1] = (prefixes[i] as Hash).copy().update(bytes).update(COMMA)
-    sinceTurn += bytes.length
-    if (sinceTurn >= HASH_BYTES_PER_TURN) {
-      sinceTurn = 0
-      await nextTurn()
-    }
-  }
-  const last = segments.at(-1)
-  const hash = (prefixes[Math.max(0, segments.length - 1)] as Hash).copy()
-  if (last !== undefined) hash.update(last.bytes)
-  const etag = `"${hash.update(CLOSE).digest('base64url')}"`
-  const parts: Buffer[] = [OPEN]
-  segments.forEach((segment, i) => { if (i > 0) parts.push(COMMA); parts.push(segment.bytes) })
-  parts.push(CLOSE)
-  const length = parts.reduce((sum, part) => sum + part.length, 0)
-  // Segments are replaced, never changed in place: a change made meanwhile kept the old prefixes for itself.
+  const last = Math.max(0, segments.length - 1)
+  let hashed = entry.validPrefixes
+  while ((hashed = hashPrefixes(prefixes, segments, hashed)) < last) await nextTurn()
+  const hash = (prefixes[last] as Hash).copy()
+  if (segments.length > 0) hash.update((segments[last] as Segment).bytes)
+  const parts = [OPEN, ...segments.flatMap(({ bytes }, i) => i === 0 ? [bytes] : [COMMA, bytes]), CLOSE]
+  const body = listBody(parts, `"${hash.update(CLOSE).digest('base64url')}"`)
+  // Segments are replaced, never changed in place: a change made meanwhile made another version, served, not kept.
   if (entry.segments === segments) {
     entry.prefixes = prefixes
-    entry.validPrefixes = Math.max(0, segments.length - 1)
+    entry.validPrefixes = last
+    entry.body = body
   }
-  return { body: length <= FLAT_BYTES ? Buffer.concat(parts, length) : parts, length, etag }
+  return body
 }
 
 export interface ListCacheOptions {
@@ -142,11 +142,8 @@ export class ListCache<T extends Row> {
   private entry: Entry | undefined
   private generation = 0
   private building: { generation: number, promise: Promise<Entry> } | undefined
-  private bodying: { entry: Entry, segments: Segment[], promise: Promise<ListBody> } | undefined
-  private queue: Change[] = []
-  private announced = 0
-  private applied = 0
-  private working: Promise<void> | undefined
+  /** The changes announced so far, applied one after another: a read waits for those before it. */
+  private changes: Promise<void> = Promise.resolve()
   /** Notifications whose rows the list already had (the echoes of this instance's own creates). */
   private echoes = 0
   /** This instance's creates under way: a notification can arrive before the create's own answer does. */
@@ -169,8 +166,6 @@ export class ListCache<T extends Row> {
   invalidate (): void {
     this.generation++
     this.entry = undefined
-    this.queue = []
-    this.applied = this.announced
   }
 
   /** Rows this instance committed; called before their 201s are sent, so the next read here lists them. */
@@ -178,18 +173,25 @@ export class ListCache<T extends Row> {
     if (rows.length === 0) return
     const sorted = [...rows].sort((a, b) => a.id < b.id ? -1 : 1)
     // Added at once (a notification of these rows may be waiting for them: their echo); during a build, after it.
-    if (this.entry === undefined || this.serialize === undefined) {
-      this.announce({ rows: sorted })
+    if (this.entry === undefined) {
+      this.announce(async generation => { await this.reread(this.add(sorted), generation) })
       return
     }
     const keys = this.add(sorted)
-    if (keys.length > 0) this.announce({ keys })
+    if (keys.length > 0) this.announce(async generation => { await this.reread(keys, generation) })
   }
 
   /** A notification on the table's channel: ids an insert committed (added before the next read), or else a drop. */
   private notified (payload: string): void {
-    if (INSERTED_IDS.test(payload)) this.announce({ ids: payload.split(',').map(BigInt) })
-    else this.invalidate()
+    if (!INSERTED_IDS.test(payload)) {
+      this.invalidate()
+      return
+    }
+    const ids = payload.split(',').map(BigInt)
+    this.announce(async generation => {
+      const rows = await this.unheld(ids, generation)
+      if (rows !== undefined) await this.reread(this.add(rows), generation)
+    })
   }
 
   /** Runs an own create: rows announced meanwhile are looked for among its rows before being read from the database. */
@@ -201,116 +203,71 @@ export class ListCache<T extends Row> {
   /** The list; `serialize` writes an array of rows as the route's schema does. */
   async read (serialize: ListSerializer<T>): Promise<ListBody> {
     this.serialize = serialize
-    if (!this.feed.listening) {
-      this.reads.database++
-      return await bodyOf(await this.snapshot(serialize))
-    }
     let source: ReadSource = 'cache'
-    let entry = this.entry
-    if (entry === undefined) {
+    let entry: Entry | undefined
+    if (this.feed.listening && this.entry === undefined) {
       source = 'refresh'
       // From a snapshot taken after this read began: served even if a change overtook it (then not kept).
-      entry = await this.build(serialize)
-    } else {
-      const until = this.announced
-      while (this.applied < until && this.working !== undefined) await this.working
+      entry = await this.build()
+    } else if (this.feed.listening) {
+      await this.changes
       entry = this.entry
-      // Dropped meanwhile (a change the cache could not apply, or the feed went deaf): the database answers this one.
-      if (entry === undefined) {
-        this.reads.database++
-        return await bodyOf(await this.snapshot(serialize))
-      }
+    }
+    // Deaf, or dropped meanwhile (a change the cache could not apply): the database answers this one.
+    if (entry === undefined) {
+      this.reads.database++
+      return await bodyOf(await this.snapshot())
     }
     if (entry.body !== undefined) {
       this.reads[source]++
       return entry.body
     }
     this.reads[source === 'cache' ? 'appended' : source]++
-    return await this.bodyOf(entry)
+    entry.computing ??= bodyOf(entry) // once per version, shared by the reads meanwhile
+    return await entry.computing
   }
 
-  private async snapshot (serialize: ListSerializer<T>): Promise<Entry> {
-    const prefixes = [createHash('sha1').update(OPEN)]
-    const entry: Entry = { segments: [], prefixes, validPrefixes: 0, body: undefined }
-    const { segments } = entry
-    const add = (segment: Segment): void => {
-      const last = segments.at(-1)
-      if (last?.key === segment.key) segments[segments.length - 1] = joined(last, segment) // one key, two chunks
-      else segments.push(segment)
-      hashPrefixes(entry)
-    }
-    if (this.source.listJson !== undefined) await this.source.listJson(SEGMENT_IDS, add)
-    else await this.source.listInChunks(rows => { for (const group of byKey(rows)) add(segmentOf(group, serialize)) })
+  private async snapshot (): Promise<Entry> {
+    const entry: Entry = { segments: [], prefixes: [createHash('sha1').update(OPEN)], validPrefixes: 0 }
+    await this.source.listJson(SEGMENT_IDS, segment => {
+      entry.segments.push(segment)
+      entry.validPrefixes = hashPrefixes(entry.prefixes, entry.segments, entry.validPrefixes) // as the build reads
+    })
     return entry
   }
 
   /** One build at a time, shared; changes announced while it read are applied after it (none added twice). */
-  private async build (serialize: ListSerializer<T>): Promise<Entry> {
+  private async build (): Promise<Entry> {
     if (this.building?.generation !== this.generation) {
       const generation = this.generation
-      const promise = (async () => {
-        const entry = await this.snapshot(serialize)
-        if (generation === this.generation && this.feed.listening) {
-          this.entry = entry
-          this.work()
-        }
+      const promise = this.snapshot().then(entry => {
+        if (generation === this.generation && this.feed.listening) this.entry = entry
         return entry
-      })()
+      })
       const building = { generation, promise }
       this.building = building
-      promise.then(() => {}, () => { if (generation === this.generation) this.invalidate() })
-        .finally(() => { if (this.building === building) this.building = undefined }).catch(() => {})
+      promise.catch(() => { if (generation === this.generation) this.invalidate() })
+        .finally(() => { if (this.building === building) this.building = undefined })
     }
     return await this.building.promise
   }
 
-  /** The entry's body, computed once per version and shared. */
-  private async bodyOf (entry: Entry): Promise<ListBody> {
-    if (this.bodying?.entry !== entry || this.bodying.segments !== entry.segments) {
-      const segments = entry.segments
-      const promise = bodyOf(entry).then(body => {
-        // A change that came meanwhile made another version: this one is served, not kept.
-        if (entry.segments === segments) entry.body = body
-        return body
-      })
-      this.bodying = { entry, segments, promise }
-    }
-    return await this.bodying.promise
-  }
-
-  private announce (change: Change): void {
-    if (this.entry === undefined && this.building === undefined) return // nothing cached: the next build reads it
-    this.queue.push(change)
-    this.announced++
-    this.work()
-  }
-
-  /** Applies the queued changes in order, one at a time. */
-  private work (): void {
-    if (this.working !== undefined || this.entry === undefined || this.queue.length === 0) return
+  /** Applies a change after those announced before it (and after the build under way, if any). */
+  private announce (change: (generation: number) => Promise<void>): void {
+    const building = this.building?.promise
+    if (this.entry === undefined && building === undefined) return // nothing cached: the next build reads it
     const generation = this.generation
-    this.working = (async () => {
-      while (this.queue.length > 0 && generation === this.generation) {
-        const change = this.queue.shift() as Change
-        try {
-          await this.apply(change, generation)
-          if (generation === this.generation) this.applied++
-        } catch {
-          // The database could not say what changed: nobody may be served a list without it.
-          if (generation === this.generation) this.invalidate()
-        }
-      }
-    })().finally(() => {
-      this.working = undefined
-      this.work()
+    this.changes = this.changes.then(async () => {
+      await building
+      if (generation === this.generation && this.entry !== undefined) await change(generation)
+    }).catch(() => {
+      // The database could not say what changed: nobody may be served a list without it.
+      if (generation === this.generation) this.invalidate()
     })
   }
 
-  private async apply (change: Change, generation: number): Promise<void> {
-    let rows: T[] | undefined = []
-    if ('rows' in change) rows = change.rows as T[]
-    else if ('ids' in change) rows = await this.unheld(change.ids, generation)
-    const keys = 'keys' in change ? change.keys : rows === undefined ? [] : this.add(rows)
+  /** Reads the segments of these keys again. */
+  private async reread (keys: bigint[], generation: number): Promise<void> {
     for (const key of keys) {
       const range = await this.source.getRange(key * SEGMENT_IDS, (key + 1n) * SEGMENT_IDS)
       if (generation !== this.generation) return
@@ -344,25 +301,22 @@ export class ListCache<T extends Row> {
 
   /** Adds rows (sorted) to their segments; returns the keys of segments they fall inside of, to be read again. */
   private add (rows: T[]): bigint[] {
-    const entry = this.entry as Entry
     const serialize = this.serialize as ListSerializer<T>
+    const segments = [...(this.entry as Entry).segments]
     const reread: bigint[] = []
-    const segments = [...entry.segments]
     let changedFrom = segments.length
     for (const group of byKey(rows)) {
       const key = keyOf((group[0] as T).id)
       const at = segmentIndex(segments, key)
       const segment = segments[at]
-      if (segment === undefined || segment.key !== key) {
+      if (segment?.key !== key) {
         segments.splice(at, 0, segmentOf(group, serialize))
       } else {
         const fresh = group.filter(row => segment.ids[idIndex(segment.ids, row.id)] !== row.id)
         if (fresh.length === 0) continue
-        const first = segment.ids[0] as bigint
-        const last = segment.ids[segment.ids.length - 1] as bigint
         const added = segmentOf(fresh, serialize)
-        if ((fresh[0] as T).id > last) segments[at] = joined(segment, added)
-        else if ((fresh[fresh.length - 1] as T).id < first) segments[at] = joined(added, segment)
+        if ((fresh[0] as T).id > (segment.ids.at(-1) as bigint)) segments[at] = joined(segment, added)
+        else if ((fresh.at(-1) as T).id < (segment.ids[0] as bigint)) segments[at] = joined(added, segment)
         else reread.push(key)
       }
       changedFrom = Math.min(changedFrom, at)
@@ -373,8 +327,7 @@ export class ListCache<T extends Row> {
 
   /** Puts the rows read for a key in place of its segment. */
   private replace (key: bigint, rows: T[]): void {
-    const entry = this.entry as Entry
-    const segments = [...entry.segments]
+    const segments = [...(this.entry as Entry).segments]
     const at = segmentIndex(segments, key)
     const replacement = rows.length === 0 ? [] : [segmentOf(rows, this.serialize as ListSerializer<T>)]
     segments.splice(at, segments[at]?.key === key ? 1 : 0, ...replacement)
@@ -386,15 +339,8 @@ export class ListCache<T extends Row> {
     if (changedFrom >= segments.length && segments.length === entry.segments.length) return
     entry.segments = segments
     entry.validPrefixes = Math.min(entry.validPrefixes, changedFrom)
-    entry.body = undefined
+    entry.body = entry.computing = undefined
   }
-}
-
-function joined (a: Segment, b: Segment): Segment {
-  const ids = new BigInt64Array(a.ids.length + b.ids.length)
-  ids.set(a.ids)
-  ids.set(b.ids, a.ids.length)
-  return { key: a.key, ids, bytes: Buffer.concat([a.bytes, COMMA, b.bytes]) }
 }
 
 function registerMetrics (options: ListCacheOptions, reads: Record<ReadSource, number>, echoes: () => number): void {

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { constants, createBrotliCompress, createGzip, type Gzip, type BrotliCompress } from 'node:zlib'
 import { Counter, type Registry } from 'prom-client'
-import { FLAT_BYTES, type ListBody } from './list-cache.js'
+import { listBody, type ListBody } from './list-cache.js'
 
 export type ListEncoding = 'br' | 'gzip'
 
@@ -30,27 +30,13 @@ function compressor (encoding: ListEncoding, length: number): Gzip | BrotliCompr
   })
 }
 
-// The output is kept as list-cache.ts keeps a body: one Buffer up to FLAT_BYTES, else parts.
 async function compress (list: ListBody, encoding: ListEncoding): Promise<ListBody> {
   const parts: Buffer[] = []
-  let pending: Buffer[] = []
-  let pendingBytes = 0
-  let length = 0
   const input = Readable.from(Buffer.isBuffer(list.body) ? [list.body] : list.body, { objectMode: false })
   await pipeline(input, compressor(encoding, list.length), async function collect (output: AsyncIterable<Buffer>) {
-    for await (const chunk of output) {
-      pending.push(chunk)
-      pendingBytes += chunk.length
-      length += chunk.length
-      if (pendingBytes >= FLAT_BYTES) {
-        parts.push(Buffer.concat(pending, pendingBytes))
-        pending = []
-        pendingBytes = 0
-      }
-    }
+    for await (const chunk of output) parts.push(chunk)
   })
-  if (pendingBytes > 0 || parts.length === 0) parts.push(Buffer.concat(pending, pendingBytes))
-  return { body: parts.length === 1 ? parts[0] as Buffer : parts, length, etag: encodedTag(list.etag, encoding) }
+  return listBody(parts, encodedTag(list.etag, encoding))
 }
 
 /** A list's compressed bodies, made once per list version and encoding, shared by the reads meanwhile. */
