@@ -49,7 +49,7 @@ await until('both instances listen', async () => await listening(a) && await lis
 /** The categories' list cache on a change feed of its own, as the app wires it (machinery/collection.ts), started. */
 function categoryListCache (source: ListSource<Category>, options: ChangeFeedOptions & { registry?: Registry }): { cache: ListCache<Category>, close: () => Promise<void> } {
   const feed = new ChangeFeed(options)
-  const cache = new ListCache(source, { feed, channel: 'categories_changed', metricPrefix: 'categories', registry: options.registry })
+  const cache = new ListCache(source, { feed, registry: options.registry })
   feed.start()
   return { cache, close: async () => { await feed.close() } }
 }
@@ -268,6 +268,7 @@ t.test('the list cache on its own: own rows committed while a build reads the ta
   let hold: { read: () => void, release: Promise<void> } | undefined
   let snapshot: string[] = []
   const heldTable: ListSource<Category> = {
+    name: table.name,
     listJson: async (segmentIds, onSegment) => {
       snapshot = []
       await table.listJson(segmentIds, segment => { snapshot.push(...(JSON.parse(`[${segment.bytes.toString()}]`) as Category[]).map(row => row.name)); onSegment(segment) })

@@ -1,11 +1,10 @@
-import type pg from 'pg'
 import type { Registry } from 'prom-client'
 import type { Database } from '../db/database.js'
 import { ConstraintViolationError } from '../db/errors.js'
 import { Table, type Row } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
 import { CreateBatcher } from './create-batcher.js'
-import { digestOf, isIdempotencyRefusal, type IdempotencyStore, type StoredResponse } from './idempotency.js'
+import { isIdempotencyRefusal, type IdempotencyStore, type Outcome, type StoredResponse } from './idempotency.js'
 import { ListCache, type ListBody, type ListSerializer } from './list-cache.js'
 import { ListCompressor, type ListEncoding } from './list-compression.js'
 
@@ -26,10 +25,6 @@ export interface CollectionOptions {
   createOperation: string
 }
 
-export type CreateOutcome<T> =
-  | { kind: 'created', row: T, response: StoredResponse }
-  | { kind: 'replay', response: StoredResponse }
-
 /**
  * One resource's rows: its cached list and its one write path. Every create goes through here, and here the
  * list cache is told of it before the caller answers, so a route cannot forget to.
@@ -44,7 +39,7 @@ export class Collection<New extends object, T extends Row> {
     const { name, columns } = options
     const { feed, registry } = services
     this.table = new Table<New, T>(services.db, name, columns)
-    this.cache = new ListCache(this.table, { feed, channel: `${name}_changed`, metricPrefix: name, registry })
+    this.cache = new ListCache(this.table, { feed, registry })
     this.compressor = new ListCompressor({ metricPrefix: name, registry })
     this.batcher = new CreateBatcher(this.table, { registry, metricPrefix: name, observer: this.cache })
   }
@@ -54,38 +49,31 @@ export class Collection<New extends object, T extends Row> {
     return await this.cache.writing(this.batcher.create(input))
   }
 
-  /**
-   * With an Idempotency-Key: the remembered answer (a replay, or a refusal thrown), or else the row created
-   * and `answer`'s response for it, committed together.
-   */
+  /** With an Idempotency-Key: the remembered answer (or a refusal thrown), or the row and its answer, committed. */
   async createIdempotent (owner: Buffer, key: string, input: New, answer: (row: T) => StoredResponse):
-  Promise<CreateOutcome<T>> {
-    // The values, not the bytes: the same body with other spacing or member order is the same body.
-    const hash = digestOf(this.table.values(input))
-    const work = async (client: pg.ClientBase): Promise<{ result: T, response: StoredResponse }> => {
-      const row = await this.table.insertWith(client, input)
-      return { result: row, response: answer(row) }
-    }
-    let outcome
+  Promise<Outcome<T>> {
+    const { idempotency } = this.services
+    let outcome: Outcome<T>
     try {
-      outcome = await this.cache.writing(
-        this.services.idempotency.execute(owner, this.options.createOperation, key, hash, work))
+      // The values, not the bytes: the same body with other spacing or member order is the same body.
+      outcome = await this.cache.writing(idempotency.execute(owner, this.options.createOperation, key,
+        this.table.values(input), async client => {
+          const row = await this.table.insertWith(client, input)
+          return { result: row, response: answer(row) }
+        }))
     } catch (err) {
       // A refusal wrote nothing; any other failure may have committed before its answer was lost.
       if (!isIdempotencyRefusal(err) && !(err instanceof ConstraintViolationError)) this.cache.invalidate()
       throw err
     }
-    if (outcome.kind === 'replay') return outcome
-    this.cache.created([outcome.result])
-    return { kind: 'created', row: outcome.result, response: outcome.response }
+    if (outcome.kind === 'created') this.cache.created([outcome.result])
+    return outcome
   }
 
-  /** The list; `serialize` writes an array of rows exactly as the route's schema does. */
   async list (serialize: ListSerializer<T>): Promise<ListBody> {
     return await this.cache.read(serialize)
   }
 
-  /** The list in a content coding: compressed once per list version, shared by the reads meanwhile. */
   async compressed (list: ListBody, encoding: ListEncoding): Promise<ListBody> {
     return await this.compressor.compressed(list, encoding)
   }

@@ -1,11 +1,7 @@
 import { Counter, Histogram, type Registry } from 'prom-client'
 import { ConstraintViolationError } from '../db/errors.js'
 
-interface PendingCreate<New, Created> {
-  input: New
-  resolve: (created: Created) => void
-  reject: (err: unknown) => void
-}
+interface PendingCreate<New, Created> { input: New, resolve: (row: Created) => void, reject: (err: unknown) => void }
 
 interface BatchInserter<New, Created> {
   /** Every input in one statement, committed together; result i belongs to input i. */
@@ -14,11 +10,9 @@ interface BatchInserter<New, Created> {
 
 interface CreateBatcherOptions<Created> {
   maxRows?: number
-  /** Batches running at once (each holds one pool connection). */
-  maxInFlight?: number
+  maxInFlight?: number // batches running at once, each holding one pool connection
   registry?: Registry
-  /** `widgets` gives widgets_insert_batch_rows; needed with `registry`. */
-  metricPrefix?: string
+  metricPrefix?: string // `widgets` gives widgets_insert_batch_rows; needed with `registry`
   /** Told of every batch before any of its requests is answered; invalidate: it failed, its outcome unknown. */
   observer?: { created: (rows: Created[]) => void, invalidate: () => void }
 }
@@ -35,59 +29,49 @@ export class CreateBatcher<New, Created> {
   private readonly maxInFlight: number
   private readonly batchRows: Histogram | undefined
   private readonly failedBatches: Counter | undefined
-  private readonly observer: CreateBatcherOptions<Created>['observer']
 
-  constructor (private readonly repository: BatchInserter<New, Created>, options: CreateBatcherOptions<Created> = {}) {
+  constructor (private readonly repository: BatchInserter<New, Created>,
+    private readonly options: CreateBatcherOptions<Created> = {}) {
     this.maxRows = options.maxRows ?? 256
     this.maxInFlight = options.maxInFlight ?? 1
-    this.observer = options.observer
-    if (options.registry !== undefined) {
-      const registers = [options.registry]
-      const prefix = options.metricPrefix
-      if (prefix === undefined) throw new Error('a create batcher with a registry needs a metric prefix')
-      this.batchRows = new Histogram({
-        name: `${prefix}_insert_batch_rows`,
-        help: `Rows per group-commit INSERT of ${prefix}`,
-        buckets: [1, 2, 5, 10, 20, 50, 100, 200],
-        registers
-      })
-      this.failedBatches = new Counter({
-        name: `${prefix}_insert_batch_failures_total`,
-        help: 'Group-commit INSERTs that failed (every request in them failed)',
-        registers
-      })
-    }
+    const { registry, metricPrefix: prefix } = options
+    if (registry === undefined) return
+    if (prefix === undefined) throw new Error('a create batcher with a registry needs a metric prefix')
+    this.batchRows = new Histogram({
+      name: `${prefix}_insert_batch_rows`,
+      help: `Rows per group-commit INSERT of ${prefix}`,
+      buckets: [1, 2, 5, 10, 20, 50, 100, 200],
+      registers: [registry]
+    })
+    this.failedBatches = new Counter({
+      name: `${prefix}_insert_batch_failures_total`,
+      help: 'Group-commit INSERTs that failed (every request in them failed)',
+      registers: [registry]
+    })
   }
 
   async create (input: New): Promise<Created> {
     return await new Promise<Created>((resolve, reject) => {
       this.queue.push({ input, resolve, reject })
-      this.scheduleFlush()
-    })
-  }
-
-  private scheduleFlush (): void {
-    if (this.flushScheduled || this.inFlight >= this.maxInFlight || this.queue.length === 0) return
-    this.flushScheduled = true
-    setImmediate(() => {
-      this.flushScheduled = false
-      this.flush()
+      if (this.flushScheduled || this.inFlight >= this.maxInFlight) return
+      this.flushScheduled = true
+      setImmediate(() => {
+        this.flushScheduled = false
+        this.flush()
+      })
     })
   }
 
   private flush (): void {
-    while (this.inFlight < this.maxInFlight && this.queue.length > 0) this.insert(this.queue.splice(0, this.maxRows))
-  }
-
-  private insert (batch: Array<PendingCreate<New, Created>>): void {
-    this.inFlight++
-    this.batchRows?.observe(batch.length)
-    this.commit(batch).finally(() => {
-      this.inFlight--
-      // Whatever gathered while this batch ran goes now, without waiting for another turn.
-      this.flush()
-      this.scheduleFlush()
-    }).catch(() => {})
+    while (this.inFlight < this.maxInFlight && this.queue.length > 0) {
+      const batch = this.queue.splice(0, this.maxRows)
+      this.inFlight++
+      this.batchRows?.observe(batch.length)
+      this.commit(batch).finally(() => {
+        this.inFlight--
+        this.flush() // whatever gathered while this batch ran goes now, without waiting for another turn
+      }).catch(() => {})
+    }
   }
 
   private async commit (batch: Array<PendingCreate<New, Created>>): Promise<void> {
@@ -102,11 +86,11 @@ export class CreateBatcher<New, Created> {
         return
       }
       this.failedBatches?.inc()
-      this.observer?.invalidate()
+      this.options.observer?.invalidate()
       for (const pending of batch) pending.reject(err)
       return
     }
-    this.observer?.created(rows)
+    this.options.observer?.created(rows)
     batch.forEach((pending, i) => { pending.resolve(rows[i] as Created) })
   }
 }

@@ -7,7 +7,6 @@ import type { Database } from '../db/database.js'
 // key, and a retry finds either nothing or the committed answer.
 
 const REMEMBER = '24 hours'
-const RETRY_AFTER_SECONDS = 1
 
 export interface StoredResponse { status: number, body: string, location: string | null }
 
@@ -21,7 +20,7 @@ export function digestOf (parts: readonly unknown[]): Buffer {
 }
 
 export class IdempotencyKeyInUseError extends Error {
-  readonly retryAfterSeconds = RETRY_AFTER_SECONDS
+  readonly retryAfterSeconds = 1
   constructor () {
     super('a request with this Idempotency-Key is still being processed; retry later')
     this.name = 'IdempotencyKeyInUseError'
@@ -86,7 +85,9 @@ export class IdempotencyStore {
   constructor (private readonly db: Database) {}
 
   /** The remembered answer, or `work`'s, committed in one transaction with the record of its response. */
-  async execute<T> (owner: Buffer, operation: string, key: string, hash: Buffer, work: Work<T>): Promise<Outcome<T>> {
+  async execute<T> (owner: Buffer, operation: string, key: string, request: readonly unknown[], work: Work<T>):
+  Promise<Outcome<T>> {
+    const hash = digestOf(request)
     // A key already answered (the usual retry) replays without a transaction.
     const { rows } = await this.db.query<RecordRow>(RECORD, [owner, key])
     const remembered = decide(rows[0], operation, hash)

@@ -5,13 +5,10 @@ import type { JsonSegment as Segment } from '../db/json-copy.js'
 import type { Row, Table } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
 
-/** Where a list is read from: a resource's table. */
-export type ListSource<T extends Row> = Pick<Table<object, T>, 'listJson' | 'getMany' | 'getRange'>
+/** Where a list is read from: a resource's table, whose triggers notify `<name>_changed` (migrations). */
+export type ListSource<T extends Row> = Pick<Table<object, T>, 'name' | 'listJson' | 'getMany' | 'getRange'>
 
-/**
- * A list as sent: its bytes and its strong ETag (the SHA-1 of the bytes). A short list is one Buffer; a long one
- * is its parts, written one after another (never joined: a change to a long list copies only what changed).
- */
+/** A list as sent, with its strong ETag (the bytes' SHA-1); a long one stays in parts: a change copies only those. */
 export interface ListBody { body: Buffer | readonly Buffer[], length: number, etag: string }
 
 /** The route's own serializer of an array of rows (fast-json-stringify): the cached bytes are what it writes. */
@@ -35,10 +32,8 @@ interface Entry {
   prefixes: Hash[]
   validPrefixes: number
   body?: ListBody
-  computing?: Promise<ListBody>
+  computing?: Promise<ListBody> // the body of these segments, once per version, shared by the reads meanwhile
 }
-
-type ReadSource = 'cache' | 'appended' | 'refresh' | 'database'
 
 const keyOf = (id: bigint): bigint => id / SEGMENT_IDS
 
@@ -80,10 +75,7 @@ function byKey<T extends Row> (rows: T[]): T[][] {
   return groups
 }
 
-/**
- * Hashes prefixes from `from` on, up to the last segment (which may still grow) or HASH_BYTES_PER_TURN;
- * returns where it stopped.
- */
+/** Hashes prefixes from `from` on, to the last segment (it may still grow) or a few MB; returns where it stopped. */
 function hashPrefixes (prefixes: Hash[], segments: readonly Segment[], from: number): number {
   let hashed = 0
   let i = from
@@ -121,22 +113,11 @@ async function bodyOf (entry: Entry): Promise<ListBody> {
   return body
 }
 
-export interface ListCacheOptions {
-  feed: ChangeFeed
-  /** The channel the table's trigger notifies. */
-  channel: string
-  /** Metric names start with this (`widgets` gives widgets_list_reads_total...). */
-  metricPrefix: string
-  registry?: Registry
-}
-
 /**
- * A resource's serialized list, kept while the change feed hears (change-feed.ts), else read from the database.
- * Held in segments by id range, so that a change copies and rehashes only from the segment it touches: rows
- * created here (`created`, before their 201s) and ids announced by others (`notified`) are added in id order,
- * whatever order they committed in, the segment read again when they fall between its rows; any other change
- * (`invalidate`) drops the list. A read waits for the changes before it; a generation counter keeps a build or
- * change that an invalidation overtook from being installed.
+ * A resource's serialized list, kept while the change feed hears, else read from the database. Held in segments by
+ * id range, so that a change copies and rehashes only from the segment it touches: rows created here and ids
+ * announced by others are added in id order, the segment read again when they fall between its rows; any other
+ * change drops the list. A generation counter keeps a build or change that a drop overtook from being installed.
  */
 export class ListCache<T extends Row> {
   private entry: Entry | undefined
@@ -150,15 +131,18 @@ export class ListCache<T extends Row> {
   private readonly writes = new Set<Promise<unknown>>()
   private serialize: ListSerializer<T> | undefined
   private readonly feed: ChangeFeed
-  private readonly reads: Record<ReadSource, number> = { cache: 0, appended: 0, refresh: 0, database: 0 }
+  private readonly reads = { cache: 0, appended: 0, refresh: 0, database: 0 }
 
-  constructor (private readonly source: ListSource<T>, options: ListCacheOptions) {
+  /** Metric names start with the table's (`widgets` gives widgets_list_reads_total...). */
+  constructor (private readonly source: ListSource<T>, options: { feed: ChangeFeed, registry?: Registry }) {
     this.feed = options.feed
-    options.feed.subscribe(options.channel, {
+    options.feed.subscribe(`${source.name}_changed`, {
       notified: payload => { this.notified(payload) },
       invalidate: () => { this.invalidate() }
     })
-    if (options.registry !== undefined) registerMetrics(options, this.reads, () => this.echoes)
+    if (options.registry !== undefined) {
+      registerMetrics(source.name, this.feed, options.registry, this.reads, () => this.echoes)
+    }
   }
 
   get listening (): boolean { return this.feed.listening }
@@ -173,25 +157,15 @@ export class ListCache<T extends Row> {
     if (rows.length === 0) return
     const sorted = [...rows].sort((a, b) => a.id < b.id ? -1 : 1)
     // Added at once (a notification of these rows may be waiting for them: their echo); during a build, after it.
-    if (this.entry === undefined) {
-      this.announce(async generation => { await this.reread(this.add(sorted), generation) })
-      return
-    }
-    const keys = this.add(sorted)
-    if (keys.length > 0) this.announce(async generation => { await this.reread(keys, generation) })
+    const keys = this.entry === undefined ? undefined : this.add(sorted)
+    if (keys === undefined) this.announce(async generation => { await this.reread(this.add(sorted), generation) })
+    else if (keys.length > 0) this.announce(async generation => { await this.reread(keys, generation) })
   }
 
   /** A notification on the table's channel: ids an insert committed (added before the next read), or else a drop. */
   private notified (payload: string): void {
-    if (!INSERTED_IDS.test(payload)) {
-      this.invalidate()
-      return
-    }
-    const ids = payload.split(',').map(BigInt)
-    this.announce(async generation => {
-      const rows = await this.unheld(ids, generation)
-      if (rows !== undefined) await this.reread(this.add(rows), generation)
-    })
+    if (!INSERTED_IDS.test(payload)) this.invalidate()
+    else this.announce(async generation => { await this.addAnnounced(payload.split(',').map(BigInt), generation) })
   }
 
   /** Runs an own create: rows announced meanwhile are looked for among its rows before being read from the database. */
@@ -203,7 +177,7 @@ export class ListCache<T extends Row> {
   /** The list; `serialize` writes an array of rows as the route's schema does. */
   async read (serialize: ListSerializer<T>): Promise<ListBody> {
     this.serialize = serialize
-    let source: ReadSource = 'cache'
+    let source: 'cache' | 'refresh' = 'cache'
     let entry: Entry | undefined
     if (this.feed.listening && this.entry === undefined) {
       source = 'refresh'
@@ -218,12 +192,8 @@ export class ListCache<T extends Row> {
       this.reads.database++
       return await bodyOf(await this.snapshot())
     }
-    if (entry.body !== undefined) {
-      this.reads[source]++
-      return entry.body
-    }
-    this.reads[source === 'cache' ? 'appended' : source]++
-    entry.computing ??= bodyOf(entry) // once per version, shared by the reads meanwhile
+    this.reads[source === 'cache' && entry.body === undefined ? 'appended' : source]++
+    entry.computing ??= bodyOf(entry)
     return await entry.computing
   }
 
@@ -275,22 +245,22 @@ export class ListCache<T extends Row> {
     }
   }
 
-  /** The rows of announced ids the list lacks, read by id; undefined if it has them all (own creates' echoes). */
-  private async unheld (ids: bigint[], generation: number): Promise<T[] | undefined> {
+  /** Adds the rows of announced ids that the list lacks (none: the echo of an own create), read by id. */
+  private async addAnnounced (ids: bigint[], generation: number): Promise<void> {
     if (this.writes.size > 0 && ids.some(id => !this.has(id))) {
       await Promise.allSettled([...this.writes])
-      if (generation !== this.generation) return undefined
+      if (generation !== this.generation) return
     }
     const missing = ids.filter(id => !this.has(id))
     if (missing.length === 0) {
       this.echoes++
-      return undefined
+      return
     }
     const rows = await this.source.getMany(missing)
-    if (generation !== this.generation) return undefined
+    if (generation !== this.generation) return
     // Announced, committed, and gone already: a delete is on its way; until then nothing is certain.
     if (rows.length !== missing.length) throw new Error('an announced row no longer exists')
-    return rows
+    await this.reread(this.add(rows), generation)
   }
 
   private has (id: bigint): boolean {
@@ -343,10 +313,9 @@ export class ListCache<T extends Row> {
   }
 }
 
-function registerMetrics (options: ListCacheOptions, reads: Record<ReadSource, number>, echoes: () => number): void {
-  const registers = [options.registry as Registry]
-  const prefix = options.metricPrefix
-  const feed = options.feed
+function registerMetrics (prefix: string, feed: ChangeFeed, registry: Registry, reads: Record<string, number>,
+  echoes: () => number): void {
+  const registers = [registry]
   /* eslint-disable no-new */
   new Counter({
     name: `${prefix}_list_reads_total`,
