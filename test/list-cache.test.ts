@@ -49,7 +49,7 @@ await until('both instances listen', async () => await listening(a) && await lis
 /** The categories' list cache on a change feed of its own, as the app wires it (machinery/collection.ts), started. */
 function categoryListCache (source: ListSource<Category>, options: ChangeFeedOptions & { registry?: Registry }): { cache: ListCache<Category>, close: () => Promise<void> } {
   const feed = new ChangeFeed(options)
-  const cache = new ListCache(source, { feed, registry: options.registry })
+  const cache = new ListCache(source, feed, options.registry)
   feed.start()
   return { cache, close: async () => { await feed.close() } }
 }

@@ -24,8 +24,7 @@ export class JsonCopyWriter {
   private readonly idBytes = new Uint8Array(this.ids.buffer)
   private count = 0
   private key = -1
-  /** Rows in the last copy. */
-  copied = 0
+  copied = 0 // rows in the last copy
 
   constructor (columns: Record<string, string>, private readonly size: number,
     private readonly onSegment: (segment: JsonSegment) => void) {

@@ -6,14 +6,14 @@ import type { ChangeFeed } from './change-feed.js'
 import { CreateBatcher } from './create-batcher.js'
 import { isIdempotencyRefusal, type IdempotencyStore, type Outcome, type StoredResponse } from './idempotency.js'
 import { ListCache, type ListBody, type ListSerializer } from './list-cache.js'
-import { ListCompressor, type ListEncoding } from './list-compression.js'
+import { listCompressor, type ListEncoding } from './list-compression.js'
 
 /** What every collection shares (the `data` plugin makes them once). */
 export interface CollectionServices {
   db: Database
   feed: ChangeFeed
   idempotency: IdempotencyStore
-  registry?: Registry
+  registry: Registry
 }
 
 export interface CollectionOptions {
@@ -32,15 +32,16 @@ export interface CollectionOptions {
 export class Collection<New extends object, T extends Row> {
   readonly table: Table<New, T>
   private readonly cache: ListCache<T>
-  private readonly compressor: ListCompressor
+  /** The list in a content coding. */
+  readonly compressed: (list: ListBody, encoding: ListEncoding) => Promise<ListBody>
   private readonly batcher: CreateBatcher<New, T>
 
   constructor (private readonly services: CollectionServices, private readonly options: CollectionOptions) {
     const { name, columns } = options
     const { feed, registry } = services
     this.table = new Table<New, T>(services.db, name, columns)
-    this.cache = new ListCache(this.table, { feed, registry })
-    this.compressor = new ListCompressor({ metricPrefix: name, registry })
+    this.cache = new ListCache(this.table, feed, registry)
+    this.compressed = listCompressor(name, registry)
     this.batcher = new CreateBatcher(this.table, { registry, metricPrefix: name, observer: this.cache })
   }
 
@@ -72,10 +73,6 @@ export class Collection<New extends object, T extends Row> {
 
   async list (serialize: ListSerializer<T>): Promise<ListBody> {
     return await this.cache.read(serialize)
-  }
-
-  async compressed (list: ListBody, encoding: ListEncoding): Promise<ListBody> {
-    return await this.compressor.compressed(list, encoding)
   }
 
   async get (id: bigint): Promise<T | undefined> {

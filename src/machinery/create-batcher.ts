@@ -3,11 +3,6 @@ import { ConstraintViolationError } from '../db/errors.js'
 
 interface PendingCreate<New, Created> { input: New, resolve: (row: Created) => void, reject: (err: unknown) => void }
 
-interface BatchInserter<New, Created> {
-  /** Every input in one statement, committed together; result i belongs to input i. */
-  insertBatch: (inputs: New[]) => Promise<Created[]>
-}
-
 interface CreateBatcherOptions<Created> {
   maxRows?: number
   maxInFlight?: number // batches running at once, each holding one pool connection
@@ -30,7 +25,8 @@ export class CreateBatcher<New, Created> {
   private readonly batchRows: Histogram | undefined
   private readonly failedBatches: Counter | undefined
 
-  constructor (private readonly repository: BatchInserter<New, Created>,
+  /** `insertBatch` writes every input in one statement, committed together; result i belongs to input i. */
+  constructor (private readonly repository: { insertBatch: (inputs: New[]) => Promise<Created[]> },
     private readonly options: CreateBatcherOptions<Created> = {}) {
     this.maxRows = options.maxRows ?? 256
     this.maxInFlight = options.maxInFlight ?? 1

@@ -37,7 +37,6 @@ interface Entry {
 
 const keyOf = (id: bigint): bigint => id / SEGMENT_IDS
 
-/** The first index whose item is not below the sought one, in items sorted ascending. */
 function lowerBound<I> (items: ArrayLike<I>, below: (item: I) => boolean): number {
   let low = 0
   let high = items.length
@@ -130,19 +129,15 @@ export class ListCache<T extends Row> {
   /** This instance's creates under way: a notification can arrive before the create's own answer does. */
   private readonly writes = new Set<Promise<unknown>>()
   private serialize: ListSerializer<T> | undefined
-  private readonly feed: ChangeFeed
   private readonly reads = { cache: 0, appended: 0, refresh: 0, database: 0 }
 
   /** Metric names start with the table's (`widgets` gives widgets_list_reads_total...). */
-  constructor (private readonly source: ListSource<T>, options: { feed: ChangeFeed, registry?: Registry }) {
-    this.feed = options.feed
-    options.feed.subscribe(`${source.name}_changed`, {
+  constructor (private readonly source: ListSource<T>, private readonly feed: ChangeFeed, registry?: Registry) {
+    feed.subscribe(`${source.name}_changed`, {
       notified: payload => { this.notified(payload) },
       invalidate: () => { this.invalidate() }
     })
-    if (options.registry !== undefined) {
-      registerMetrics(source.name, this.feed, options.registry, this.reads, () => this.echoes)
-    }
+    if (registry !== undefined) registerMetrics(source.name, feed, registry, this.reads, () => this.echoes)
   }
 
   get listening (): boolean { return this.feed.listening }
@@ -162,7 +157,7 @@ export class ListCache<T extends Row> {
     else if (keys.length > 0) this.announce(async generation => { await this.reread(keys, generation) })
   }
 
-  /** A notification on the table's channel: ids an insert committed (added before the next read), or else a drop. */
+  /** Ids an insert committed (added before the next read), or else a drop. */
   private notified (payload: string): void {
     if (!INSERTED_IDS.test(payload)) this.invalidate()
     else this.announce(async generation => { await this.addAnnounced(payload.split(',').map(BigInt), generation) })
@@ -174,7 +169,6 @@ export class ListCache<T extends Row> {
     return await write.finally(() => this.writes.delete(write))
   }
 
-  /** The list; `serialize` writes an array of rows as the route's schema does. */
   async read (serialize: ListSerializer<T>): Promise<ListBody> {
     this.serialize = serialize
     let source: 'cache' | 'refresh' = 'cache'
@@ -236,12 +230,15 @@ export class ListCache<T extends Row> {
     })
   }
 
-  /** Reads the segments of these keys again. */
   private async reread (keys: bigint[], generation: number): Promise<void> {
     for (const key of keys) {
-      const range = await this.source.getRange(key * SEGMENT_IDS, (key + 1n) * SEGMENT_IDS)
+      const rows = await this.source.getRange(key * SEGMENT_IDS, (key + 1n) * SEGMENT_IDS)
       if (generation !== this.generation) return
-      this.replace(key, range)
+      const segments = [...(this.entry as Entry).segments]
+      const at = segmentIndex(segments, key)
+      const replacement = rows.length === 0 ? [] : [segmentOf(rows, this.serialize as ListSerializer<T>)]
+      segments.splice(at, segments[at]?.key === key ? 1 : 0, ...replacement)
+      this.install(segments, at)
     }
   }
 
@@ -266,7 +263,7 @@ export class ListCache<T extends Row> {
   private has (id: bigint): boolean {
     const segments = this.entry?.segments ?? []
     const segment = segments[segmentIndex(segments, keyOf(id))]
-    return segment !== undefined && segment.key === keyOf(id) && segment.ids[idIndex(segment.ids, id)] === id
+    return segment?.key === keyOf(id) && segment.ids[idIndex(segment.ids, id)] === id
   }
 
   /** Adds rows (sorted) to their segments; returns the keys of segments they fall inside of, to be read again. */
@@ -293,15 +290,6 @@ export class ListCache<T extends Row> {
     }
     this.install(segments, changedFrom)
     return reread
-  }
-
-  /** Puts the rows read for a key in place of its segment. */
-  private replace (key: bigint, rows: T[]): void {
-    const segments = [...(this.entry as Entry).segments]
-    const at = segmentIndex(segments, key)
-    const replacement = rows.length === 0 ? [] : [segmentOf(rows, this.serialize as ListSerializer<T>)]
-    segments.splice(at, segments[at]?.key === key ? 1 : 0, ...replacement)
-    this.install(segments, at)
   }
 
   private install (segments: Segment[], changedFrom: number): void {

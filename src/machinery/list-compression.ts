@@ -39,36 +39,25 @@ async function compress (list: ListBody, encoding: ListEncoding): Promise<ListBo
   return listBody(parts, encodedTag(list.etag, encoding))
 }
 
-/** A list's compressed bodies, made once per list version and encoding, shared by the reads meanwhile. */
-export class ListCompressor {
+/** Compresses a list once per list version and encoding, shared by the reads meanwhile. */
+export function listCompressor (metricPrefix: string, registry: Registry):
+(list: ListBody, encoding: ListEncoding) => Promise<ListBody> {
   // Keyed by the body they were made from: they go when the list cache drops that version.
-  private readonly made = new WeakMap<ListBody, Partial<Record<ListEncoding, Promise<ListBody>>>>()
-  private readonly compressions: Record<ListEncoding, number> = { br: 0, gzip: 0 }
-
-  /** `categories` gives categories_list_compressions_total. */
-  constructor (options: { metricPrefix: string, registry?: Registry }) {
-    if (options.registry === undefined) return
-    const compressions = this.compressions
-    // eslint-disable-next-line no-new
-    new Counter({
-      name: `${options.metricPrefix}_list_compressions_total`,
-      help: 'Compressions of the list by content coding: one per list version and coding asked for, ' +
-        'shared by the reads meanwhile',
-      labelNames: ['encoding'],
-      registers: [options.registry],
-      collect () {
-        this.reset()
-        for (const [encoding, count] of Object.entries(compressions)) this.labels(encoding).inc(count)
-      }
-    })
-  }
-
-  async compressed (list: ListBody, encoding: ListEncoding): Promise<ListBody> {
-    const variants = this.made.get(list) ?? {}
-    this.made.set(list, variants)
+  const made = new WeakMap<ListBody, Partial<Record<ListEncoding, Promise<ListBody>>>>()
+  const compressions = new Counter({
+    name: `${metricPrefix}_list_compressions_total`,
+    help: 'Compressions of the list by content coding: one per list version and coding asked for, ' +
+      'shared by the reads meanwhile',
+    labelNames: ['encoding'],
+    registers: [registry]
+  })
+  for (const encoding of ['br', 'gzip']) compressions.inc({ encoding }, 0)
+  return async (list, encoding) => {
+    const variants = made.get(list) ?? {}
+    made.set(list, variants)
     const kept = variants[encoding]
     if (kept !== undefined) return await kept
-    this.compressions[encoding]++
+    compressions.inc({ encoding })
     const started = compress(list, encoding)
     variants[encoding] = started
     // A failure is not kept: the next read tries again.
