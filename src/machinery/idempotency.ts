@@ -119,8 +119,7 @@ export class IdempotencyStore {
   }
 
   startCleanup (intervalMs: number, onError: (err: unknown) => void): void {
-    this.cleanupTimer = setInterval(() => { this.deleteExpired().catch(onError) }, intervalMs)
-    this.cleanupTimer.unref()
+    this.cleanupTimer = setInterval(() => { this.deleteExpired().catch(onError) }, intervalMs).unref()
   }
 
   stopCleanup (): void {

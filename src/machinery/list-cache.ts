@@ -56,12 +56,8 @@ function segmentOf<T extends Row> (rows: T[], serialize: ListSerializer<T>): Seg
   return { key: keyOf((rows[0] as T).id), ids: BigInt64Array.from(rows, row => row.id), bytes }
 }
 
-function joined (a: Segment, b: Segment): Segment {
-  const ids = new BigInt64Array(a.ids.length + b.ids.length)
-  ids.set(a.ids)
-  ids.set(b.ids, a.ids.length)
-  return { key: a.key, ids, bytes: Buffer.concat([a.bytes, COMMA, b.bytes]) }
-}
+const joined = (a: Segment, b: Segment): Segment =>
+  ({ key: a.key, ids: BigInt64Array.of(...a.ids, ...b.ids), bytes: Buffer.concat([a.bytes, COMMA, b.bytes]) })
 
 /** Sorted rows cut where their key changes. */
 function byKey<T extends Row> (rows: T[]): T[][] {
@@ -99,10 +95,9 @@ async function bodyOf (entry: Entry): Promise<ListBody> {
   const last = Math.max(0, segments.length - 1)
   let hashed = entry.validPrefixes
   while ((hashed = hashPrefixes(prefixes, segments, hashed)) < last) await nextTurn()
-  const hash = (prefixes[last] as Hash).copy()
-  if (segments.length > 0) hash.update((segments[last] as Segment).bytes)
+  const hash = (prefixes[last] as Hash).copy().update(segments[last]?.bytes ?? '').update(CLOSE)
   const parts = [OPEN, ...segments.flatMap(({ bytes }, i) => i === 0 ? [bytes] : [COMMA, bytes]), CLOSE]
-  const body = listBody(parts, `"${hash.update(CLOSE).digest('base64url')}"`)
+  const body = listBody(parts, `"${hash.digest('base64url')}"`)
   // Segments are replaced, never changed in place: a change made meanwhile made another version, served, not kept.
   if (entry.segments === segments) {
     entry.prefixes = prefixes
@@ -171,15 +166,11 @@ export class ListCache<T extends Row> {
 
   async read (serialize: ListSerializer<T>): Promise<ListBody> {
     this.serialize = serialize
-    let source: 'cache' | 'refresh' = 'cache'
+    const source = this.entry === undefined ? 'refresh' : 'cache'
     let entry: Entry | undefined
-    if (this.feed.listening && this.entry === undefined) {
-      source = 'refresh'
-      // From a snapshot taken after this read began: served even if a change overtook it (then not kept).
-      entry = await this.build()
-    } else if (this.feed.listening) {
-      await this.changes
-      entry = this.entry
+    if (this.feed.listening) {
+      // A refresh serves a snapshot taken after this read began, even if a change overtook it (then not kept).
+      entry = source === 'refresh' ? await this.build() : await this.changes.then(() => this.entry)
     }
     // Deaf, or dropped meanwhile (a change the cache could not apply): the database answers this one.
     if (entry === undefined) {

@@ -6,9 +6,6 @@ import { listBody, type ListBody } from './list-cache.js'
 
 export type ListEncoding = 'br' | 'gzip'
 
-// zlib's default, and Brotli's usual quality for dynamic content: measured in docs/performance.md.
-const GZIP_LEVEL = 6
-const BROTLI_QUALITY = 4
 // Output handed back per turn of the event loop: the compressing itself runs in libuv's threadpool.
 const CHUNK_BYTES = 64 * 1024
 
@@ -18,12 +15,13 @@ export function encodedTag (etag: string, encoding: ListEncoding): string {
   return `W/${etag.slice(0, -1)}-${encoding}"`
 }
 
+// gzip level 6 (zlib's default) and Brotli quality 4 (the usual one for dynamic content): docs/performance.md.
 function compressor (encoding: ListEncoding, length: number): Gzip | BrotliCompress {
-  if (encoding === 'gzip') return createGzip({ level: GZIP_LEVEL, chunkSize: CHUNK_BYTES })
+  if (encoding === 'gzip') return createGzip({ level: 6, chunkSize: CHUNK_BYTES })
   return createBrotliCompress({
     chunkSize: CHUNK_BYTES,
     params: {
-      [constants.BROTLI_PARAM_QUALITY]: BROTLI_QUALITY,
+      [constants.BROTLI_PARAM_QUALITY]: 4,
       [constants.BROTLI_PARAM_MODE]: constants.BROTLI_MODE_TEXT,
       [constants.BROTLI_PARAM_SIZE_HINT]: length
     }
