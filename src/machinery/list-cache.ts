@@ -19,8 +19,7 @@ const INSERTED_IDS = /^[0-9]{1,19}(,[0-9]{1,19})*$/
 
 const SEGMENT_IDS = 1024n // a segment holds the rows whose id / SEGMENT_IDS is its key
 const FLAT_BYTES = 1024 * 1024
-/** Bytes hashed between two turns of the event loop when a long list's tag is computed again. */
-const HASH_BYTES_PER_TURN = 8 * 1024 * 1024
+const HASH_BYTES_PER_TURN = 8 * 1024 * 1024 // then the event loop takes a turn, when a long list is hashed again
 
 const OPEN = Buffer.from('[')
 const COMMA = Buffer.from(',')
@@ -59,17 +58,6 @@ function segmentOf<T extends Row> (rows: T[], serialize: ListSerializer<T>): Seg
 const joined = (a: Segment, b: Segment): Segment =>
   ({ key: a.key, ids: BigInt64Array.of(...a.ids, ...b.ids), bytes: Buffer.concat([a.bytes, COMMA, b.bytes]) })
 
-/** Sorted rows cut where their key changes. */
-function byKey<T extends Row> (rows: T[]): T[][] {
-  const groups: T[][] = []
-  for (const row of rows) {
-    const group = groups.at(-1)
-    if (group !== undefined && keyOf((group[0] as T).id) === keyOf(row.id)) group.push(row)
-    else groups.push([row])
-  }
-  return groups
-}
-
 /** Hashes prefixes from `from` on, to the last segment (it may still grow) or a few MB; returns where it stopped. */
 function hashPrefixes (prefixes: Hash[], segments: readonly Segment[], from: number): number {
   let hashed = 0
@@ -82,7 +70,6 @@ function hashPrefixes (prefixes: Hash[], segments: readonly Segment[], from: num
   return i
 }
 
-/** Parts as a ListBody: one Buffer up to FLAT_BYTES, else the parts themselves. */
 export function listBody (parts: Buffer[], etag: string): ListBody {
   const length = parts.reduce((sum, part) => sum + part.length, 0)
   return { body: length <= FLAT_BYTES ? Buffer.concat(parts, length) : parts, length, etag }
@@ -152,7 +139,6 @@ export class ListCache<T extends Row> {
     else if (keys.length > 0) this.announce(async generation => { await this.reread(keys, generation) })
   }
 
-  /** Ids an insert committed (added before the next read), or else a drop. */
   private notified (payload: string): void {
     if (!INSERTED_IDS.test(payload)) this.invalidate()
     else this.announce(async generation => { await this.addAnnounced(payload.split(',').map(BigInt), generation) })
@@ -263,8 +249,10 @@ export class ListCache<T extends Row> {
     const segments = [...(this.entry as Entry).segments]
     const reread: bigint[] = []
     let changedFrom = segments.length
-    for (const group of byKey(rows)) {
-      const key = keyOf((group[0] as T).id)
+    for (let from = 0, to = 0; from < rows.length; from = to) {
+      const key = keyOf((rows[from] as T).id)
+      while (to < rows.length && keyOf((rows[to] as T).id) === key) to++
+      const group = rows.slice(from, to)
       const at = segmentIndex(segments, key)
       const segment = segments[at]
       if (segment?.key !== key) {
