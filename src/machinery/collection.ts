@@ -8,14 +8,6 @@ import { isIdempotencyRefusal, type IdempotencyStore, type Outcome, type StoredR
 import { ListCache, type ListBody, type ListSerializer } from './list-cache.js'
 import { listCompressor, type ListEncoding } from './list-compression.js'
 
-/** What every collection shares (the `data` plugin makes them once). */
-export interface CollectionServices {
-  db: Database
-  feed: ChangeFeed
-  idempotency: IdempotencyStore
-  registry: Registry
-}
-
 export interface CollectionOptions {
   /** The table; its triggers notify `<name>_changed`; metric names start with it. */
   name: string
@@ -36,7 +28,10 @@ export class Collection<New extends object, T extends Row> {
   readonly compressed: (list: ListBody, encoding: ListEncoding) => Promise<ListBody>
   private readonly batcher: CreateBatcher<New, T>
 
-  constructor (private readonly services: CollectionServices, private readonly options: CollectionOptions) {
+  /** `services`: what every collection shares (the `data` plugin makes them once). */
+  constructor (
+    private readonly services: { db: Database, feed: ChangeFeed, idempotency: IdempotencyStore, registry: Registry },
+    private readonly options: CollectionOptions) {
     const { name, columns } = options
     const { feed, registry } = services
     this.table = new Table<New, T>(services.db, name, columns)

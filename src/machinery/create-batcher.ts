@@ -19,7 +19,6 @@ interface CreateBatcherOptions<Created> {
 export class CreateBatcher<New, Created> {
   private queue: Array<PendingCreate<New, Created>> = []
   private inFlight = 0
-  private flushScheduled = false
   private readonly maxRows: number
   private readonly maxInFlight: number
   private readonly batchRows: Histogram | undefined
@@ -49,12 +48,8 @@ export class CreateBatcher<New, Created> {
   async create (input: New): Promise<Created> {
     return await new Promise<Created>((resolve, reject) => {
       this.queue.push({ input, resolve, reject })
-      if (this.flushScheduled || this.inFlight >= this.maxInFlight) return
-      this.flushScheduled = true
-      setImmediate(() => {
-        this.flushScheduled = false
-        this.flush()
-      })
+      // The first to wait schedules the flush; while batches run, the one that ends takes the rest.
+      if (this.queue.length === 1 && this.inFlight < this.maxInFlight) setImmediate(() => { this.flush() })
     })
   }
 

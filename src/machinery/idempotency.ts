@@ -6,8 +6,6 @@ import type { Database } from '../db/database.js'
 // pooler): nothing about a request in flight is ever committed, so a lost connection rolls it back and frees the
 // key, and a retry finds either nothing or the committed answer.
 
-const REMEMBER = '24 hours'
-
 export interface StoredResponse { status: number, body: string, location: string | null }
 
 export type Outcome<T> =
@@ -49,7 +47,7 @@ FROM idempotency_keys WHERE key_owner = $1 AND idempotency_key = $2`
 const REMEMBER_ANSWER = `
 INSERT INTO idempotency_keys
   (key_owner, operation, idempotency_key, request_hash, response_status, response_body, location, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now() + interval '${REMEMBER}')
+VALUES ($1, $2, $3, $4, $5, $6, $7, now() + interval '24 hours')
 ON CONFLICT (key_owner, idempotency_key) DO UPDATE
 SET operation = EXCLUDED.operation, request_hash = EXCLUDED.request_hash, response_status = EXCLUDED.response_status,
     response_body = EXCLUDED.response_body, location = EXCLUDED.location, expires_at = EXCLUDED.expires_at`
@@ -77,16 +75,14 @@ export function decide (record: RecordRow | undefined, operation: string, hash: 
   return { status: record.response_status, body: record.response_body, location: record.location }
 }
 
-type Work<T> = (client: pg.ClientBase) => Promise<{ result: T, response: StoredResponse }>
-
 export class IdempotencyStore {
   private cleanupTimer: NodeJS.Timeout | undefined
 
   constructor (private readonly db: Database) {}
 
   /** The remembered answer, or `work`'s, committed in one transaction with the record of its response. */
-  async execute<T> (owner: Buffer, operation: string, key: string, request: readonly unknown[], work: Work<T>):
-  Promise<Outcome<T>> {
+  async execute<T> (owner: Buffer, operation: string, key: string, request: readonly unknown[],
+    work: (client: pg.ClientBase) => Promise<{ result: T, response: StoredResponse }>): Promise<Outcome<T>> {
     const hash = digestOf(request)
     // A key already answered (the usual retry) replays without a transaction.
     const { rows } = await this.db.query<RecordRow>(RECORD, [owner, key])

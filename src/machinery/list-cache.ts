@@ -48,7 +48,7 @@ function lowerBound<I> (items: ArrayLike<I>, below: (item: I) => boolean): numbe
 }
 
 const segmentIndex = (segments: readonly Segment[], key: bigint): number => lowerBound(segments, s => s.key < key)
-const idIndex = (ids: BigInt64Array, id: bigint): number => lowerBound(ids, item => item < id)
+const holds = (segment: Segment, id: bigint): boolean => segment.ids[lowerBound(segment.ids, item => item < id)] === id
 
 function segmentOf<T extends Row> (rows: T[], serialize: ListSerializer<T>): Segment {
   const bytes = Buffer.from(serialize(rows).slice(1, -1)) // the items of the array
@@ -240,7 +240,7 @@ export class ListCache<T extends Row> {
   private has (id: bigint): boolean {
     const segments = this.entry?.segments ?? []
     const segment = segments[segmentIndex(segments, keyOf(id))]
-    return segment?.key === keyOf(id) && segment.ids[idIndex(segment.ids, id)] === id
+    return segment?.key === keyOf(id) && holds(segment, id)
   }
 
   /** Adds rows (sorted) to their segments; returns the keys of segments they fall inside of, to be read again. */
@@ -258,7 +258,7 @@ export class ListCache<T extends Row> {
       if (segment?.key !== key) {
         segments.splice(at, 0, segmentOf(group, serialize))
       } else {
-        const fresh = group.filter(row => segment.ids[idIndex(segment.ids, row.id)] !== row.id)
+        const fresh = group.filter(row => !holds(segment, row.id))
         if (fresh.length === 0) continue
         const added = segmentOf(fresh, serialize)
         if ((fresh[0] as T).id > (segment.ids.at(-1) as bigint)) segments[at] = joined(segment, added)
