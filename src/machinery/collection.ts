@@ -4,7 +4,7 @@ import { ConstraintViolationError } from '../db/errors.js'
 import { Table, type Row } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
 import { CreateBatcher } from './create-batcher.js'
-import { isIdempotencyRefusal, type IdempotencyStore, type Outcome, type StoredResponse } from './idempotency.js'
+import { IdempotencyRefusal, type IdempotencyStore, type Outcome, type StoredResponse } from './idempotency.js'
 import { ListCache, type ListBody, type ListSerializer } from './list-cache.js'
 import { listCompressor, type ListEncoding } from './list-compression.js'
 
@@ -24,11 +24,9 @@ export interface CollectionOptions {
 export class Collection<New extends object, T extends Row> {
   readonly table: Table<New, T>
   private readonly cache: ListCache<T>
-  /** The list in a content coding. */
   readonly compressed: (list: ListBody, encoding: ListEncoding) => Promise<ListBody>
   private readonly batcher: CreateBatcher<New, T>
 
-  /** `services`: what every collection shares (the `data` plugin makes them once). */
   constructor (
     private readonly services: { db: Database, feed: ChangeFeed, idempotency: IdempotencyStore, registry: Registry },
     private readonly options: CollectionOptions) {
@@ -48,18 +46,17 @@ export class Collection<New extends object, T extends Row> {
   /** With an Idempotency-Key: the remembered answer (or a refusal thrown), or the row and its answer, committed. */
   async createIdempotent (owner: Buffer, key: string, input: New, answer: (row: T) => StoredResponse):
   Promise<Outcome<T>> {
-    const { idempotency } = this.services
     let outcome: Outcome<T>
     try {
       // The values, not the bytes: the same body with other spacing or member order is the same body.
-      outcome = await this.cache.writing(idempotency.execute(owner, this.options.createOperation, key,
+      outcome = await this.cache.writing(this.services.idempotency.execute(owner, this.options.createOperation, key,
         this.table.values(input), async client => {
           const row = await this.table.insertWith(client, input)
           return { result: row, response: answer(row) }
         }))
     } catch (err) {
       // A refusal wrote nothing; any other failure may have committed before its answer was lost.
-      if (!isIdempotencyRefusal(err) && !(err instanceof ConstraintViolationError)) this.cache.invalidate()
+      if (!(err instanceof IdempotencyRefusal) && !(err instanceof ConstraintViolationError)) this.cache.invalidate()
       throw err
     }
     if (outcome.kind === 'created') this.cache.created([outcome.result])

@@ -19,7 +19,6 @@ interface CreateBatcherOptions<Created> {
 export class CreateBatcher<New, Created> {
   private queue: Array<PendingCreate<New, Created>> = []
   private inFlight = 0
-  private readonly maxRows: number
   private readonly maxInFlight: number
   private readonly batchRows: Histogram | undefined
   private readonly failedBatches: Counter | undefined
@@ -27,7 +26,6 @@ export class CreateBatcher<New, Created> {
   /** `insertBatch` writes every input in one statement, committed together; result i belongs to input i. */
   constructor (private readonly repository: { insertBatch: (inputs: New[]) => Promise<Created[]> },
     private readonly options: CreateBatcherOptions<Created> = {}) {
-    this.maxRows = options.maxRows ?? 256
     this.maxInFlight = options.maxInFlight ?? 1
     const { registry, metricPrefix: prefix } = options
     if (registry === undefined) return
@@ -55,7 +53,7 @@ export class CreateBatcher<New, Created> {
 
   private flush (): void {
     while (this.inFlight < this.maxInFlight && this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.maxRows)
+      const batch = this.queue.splice(0, this.options.maxRows ?? 256)
       this.inFlight++
       this.batchRows?.observe(batch.length)
       this.commit(batch).finally(() => {

@@ -2,9 +2,8 @@ import { createHash } from 'node:crypto'
 import type pg from 'pg'
 import type { Database } from '../db/database.js'
 
-// A key's work is one transaction under a transaction-scoped advisory lock (so it holds through a transaction
-// pooler): nothing about a request in flight is ever committed, so a lost connection rolls it back and frees the
-// key, and a retry finds either nothing or the committed answer.
+// A key's work is one transaction under a transaction-scoped advisory lock (it holds through a transaction pooler):
+// a lost connection rolls it back and frees the key, and a retry finds either nothing or the committed answer.
 
 export interface StoredResponse { status: number, body: string, location: string | null }
 
@@ -17,7 +16,10 @@ export function digestOf (parts: readonly unknown[]): Buffer {
   return createHash('sha256').update(JSON.stringify(parts)).digest()
 }
 
-export class IdempotencyKeyInUseError extends Error {
+/** A refusal: nothing was written. */
+export class IdempotencyRefusal extends Error {}
+
+export class IdempotencyKeyInUseError extends IdempotencyRefusal {
   readonly retryAfterSeconds = 1
   constructor () {
     super('a request with this Idempotency-Key is still being processed; retry later')
@@ -25,16 +27,12 @@ export class IdempotencyKeyInUseError extends Error {
   }
 }
 
-export class IdempotencyKeyReusedError extends Error {
+export class IdempotencyKeyReusedError extends IdempotencyRefusal {
   constructor (message = 'this Idempotency-Key was already used with a different request body') {
     super(message)
     this.name = 'IdempotencyKeyReusedError'
   }
 }
-
-/** A refusal: nothing was written. */
-export const isIdempotencyRefusal = (err: unknown): boolean =>
-  err instanceof IdempotencyKeyInUseError || err instanceof IdempotencyKeyReusedError
 
 function lockId (owner: Buffer, key: string): string {
   return createHash('sha256').update(owner).update('\0').update(key).digest().readBigInt64BE(0).toString()
@@ -85,8 +83,7 @@ export class IdempotencyStore {
     work: (client: pg.ClientBase) => Promise<{ result: T, response: StoredResponse }>): Promise<Outcome<T>> {
     const hash = digestOf(request)
     // A key already answered (the usual retry) replays without a transaction.
-    const { rows } = await this.db.query<RecordRow>(RECORD, [owner, key])
-    const remembered = decide(rows[0], operation, hash)
+    const remembered = decide((await this.db.query<RecordRow>(RECORD, [owner, key])).rows[0], operation, hash)
     if (remembered !== undefined) return { kind: 'replay', response: remembered }
 
     return await this.db.transaction(async client => {
@@ -94,8 +91,7 @@ export class IdempotencyStore {
         { text: 'SELECT pg_try_advisory_xact_lock($1) AS locked', values: [lockId(owner, key)] })
       if (locked.rows[0]?.locked !== true) throw new IdempotencyKeyInUseError()
       // Read again under the lock: the record may have been written since.
-      const current = await client.query<RecordRow>({ text: RECORD, values: [owner, key] })
-      const answered = decide(current.rows[0], operation, hash)
+      const answered = decide((await client.query<RecordRow>(RECORD, [owner, key])).rows[0], operation, hash)
       if (answered !== undefined) return { kind: 'replay', response: answered }
       const { result, response } = await work(client)
       const values = [owner, operation, key, hash, response.status, response.body, response.location]

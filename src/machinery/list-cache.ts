@@ -31,7 +31,7 @@ interface Entry {
   prefixes: Hash[]
   validPrefixes: number
   body?: ListBody
-  computing?: Promise<ListBody> // the body of these segments, once per version, shared by the reads meanwhile
+  pending?: Promise<ListBody> // the body while it is made, shared by the reads meanwhile
 }
 
 const keyOf = (id: bigint): bigint => id / SEGMENT_IDS
@@ -60,9 +60,8 @@ const joined = (a: Segment, b: Segment): Segment =>
 
 /** Hashes prefixes from `from` on, to the last segment (it may still grow) or a few MB; returns where it stopped. */
 function hashPrefixes (prefixes: Hash[], segments: readonly Segment[], from: number): number {
-  let hashed = 0
   let i = from
-  for (; i < segments.length - 1 && hashed < HASH_BYTES_PER_TURN; i++) {
+  for (let hashed = 0; i < segments.length - 1 && hashed < HASH_BYTES_PER_TURN; i++) {
     const { bytes } = segments[i] as Segment
     prefixes[i + 1] = (prefixes[i] as Hash).copy().update(bytes).update(COMMA)
     hashed += bytes.length
@@ -110,13 +109,15 @@ export class ListCache<T extends Row> {
   private echoes = 0
   /** This instance's creates under way: a notification can arrive before the create's own answer does. */
   private readonly writes = new Set<Promise<unknown>>()
-  private serialize: ListSerializer<T> | undefined
+  private serialize!: ListSerializer<T> // the last read's: a read comes before any entry
   private readonly reads = { cache: 0, appended: 0, refresh: 0, database: 0 }
 
-  /** Metric names start with the table's (`widgets` gives widgets_list_reads_total...). */
   constructor (private readonly source: ListSource<T>, private readonly feed: ChangeFeed, registry?: Registry) {
     feed.subscribe(`${source.name}_changed`, {
-      notified: payload => { this.notified(payload) },
+      notified: payload => {
+        if (!INSERTED_IDS.test(payload)) this.invalidate()
+        else this.announce(async generation => { await this.addAnnounced(payload.split(',').map(BigInt), generation) })
+      },
       invalidate: () => { this.invalidate() }
     })
     if (registry !== undefined) registerMetrics(source.name, feed, registry, this.reads, () => this.echoes)
@@ -131,17 +132,11 @@ export class ListCache<T extends Row> {
 
   /** Rows this instance committed; called before their 201s are sent, so the next read here lists them. */
   created (rows: readonly T[]): void {
-    if (rows.length === 0) return
     const sorted = [...rows].sort((a, b) => a.id < b.id ? -1 : 1)
     // Added at once (a notification of these rows may be waiting for them: their echo); during a build, after it.
     const keys = this.entry === undefined ? undefined : this.add(sorted)
     if (keys === undefined) this.announce(async generation => { await this.reread(this.add(sorted), generation) })
     else if (keys.length > 0) this.announce(async generation => { await this.reread(keys, generation) })
-  }
-
-  private notified (payload: string): void {
-    if (!INSERTED_IDS.test(payload)) this.invalidate()
-    else this.announce(async generation => { await this.addAnnounced(payload.split(',').map(BigInt), generation) })
   }
 
   /** Runs an own create: rows announced meanwhile are looked for among its rows before being read from the database. */
@@ -164,8 +159,8 @@ export class ListCache<T extends Row> {
       return await bodyOf(await this.snapshot())
     }
     this.reads[source === 'cache' && entry.body === undefined ? 'appended' : source]++
-    entry.computing ??= bodyOf(entry)
-    return await entry.computing
+    entry.pending ??= bodyOf(entry)
+    return await entry.pending
   }
 
   private async snapshot (): Promise<Entry> {
@@ -213,7 +208,7 @@ export class ListCache<T extends Row> {
       if (generation !== this.generation) return
       const segments = [...(this.entry as Entry).segments]
       const at = segmentIndex(segments, key)
-      const replacement = rows.length === 0 ? [] : [segmentOf(rows, this.serialize as ListSerializer<T>)]
+      const replacement = rows.length === 0 ? [] : [segmentOf(rows, this.serialize)]
       segments.splice(at, segments[at]?.key === key ? 1 : 0, ...replacement)
       this.install(segments, at)
     }
@@ -245,7 +240,6 @@ export class ListCache<T extends Row> {
 
   /** Adds rows (sorted) to their segments; returns the keys of segments they fall inside of, to be read again. */
   private add (rows: T[]): bigint[] {
-    const serialize = this.serialize as ListSerializer<T>
     const segments = [...(this.entry as Entry).segments]
     const reread: bigint[] = []
     let changedFrom = segments.length
@@ -256,11 +250,11 @@ export class ListCache<T extends Row> {
       const at = segmentIndex(segments, key)
       const segment = segments[at]
       if (segment?.key !== key) {
-        segments.splice(at, 0, segmentOf(group, serialize))
+        segments.splice(at, 0, segmentOf(group, this.serialize))
       } else {
         const fresh = group.filter(row => !holds(segment, row.id))
         if (fresh.length === 0) continue
-        const added = segmentOf(fresh, serialize)
+        const added = segmentOf(fresh, this.serialize)
         if ((fresh[0] as T).id > (segment.ids.at(-1) as bigint)) segments[at] = joined(segment, added)
         else if ((fresh.at(-1) as T).id < (segment.ids[0] as bigint)) segments[at] = joined(added, segment)
         else reread.push(key)
@@ -276,7 +270,7 @@ export class ListCache<T extends Row> {
     if (changedFrom >= segments.length && segments.length === entry.segments.length) return
     entry.segments = segments
     entry.validPrefixes = Math.min(entry.validPrefixes, changedFrom)
-    entry.body = entry.computing = undefined
+    entry.body = entry.pending = undefined
   }
 }
 
