@@ -8,7 +8,7 @@ export const PROBE_CHANNEL = 'petstore_feed_probe'
 /** Never taken for a change, by any instance. */
 export const PROBE_PREFIX = 'petstore-feed-probe/'
 
-interface Log { warn: (obj: object, msg: string) => void, info: (obj: object, msg: string) => void }
+export interface Log { warn: (obj: object, msg: string) => void, info: (obj: object, msg: string) => void }
 
 const CONNECTION_TIMEOUT_MS = 2000
 const DEAF_CONNECTIONS_BEFORE_PAUSE = 3
