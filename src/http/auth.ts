@@ -9,7 +9,6 @@ import { ApiError } from './errors.js'
 const REALM = 'Bearer realm="petstore"'
 const READ_METHODS = new Set(['GET', 'HEAD'])
 
-/** Paths that need a key: everything under /v1, known or not. */
 const isProtectedPath = (url: string): boolean => url === '/v1' || url.startsWith('/v1/') || url.startsWith('/v1?')
 
 declare module 'fastify' {
@@ -31,9 +30,8 @@ function unauthorized (request: FastifyRequest): ApiError {
 }
 
 /**
- * One onRequest hook under /v1, before the body is read: the key (static ones from the configuration, managed ones
- * from the ApiKeyStore), its scope, and around them the limits of rate-limit.ts: a request without a valid key is
- * counted before its 401, and an address over the failed-authentication limit gets 429 even with a valid key.
+ * One onRequest hook on every /v1 path, known or not, before the body is read: the key (static or managed), its
+ * scope, and rate-limit.ts: a failed key counts before its 401; an address over that limit gets 429 even with a key.
  */
 async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Promise<void> {
   const staticKeys = options.digests.map((digest, i): AuthenticatedKey =>

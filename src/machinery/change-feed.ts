@@ -53,14 +53,12 @@ export interface Subscriber {
 const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/
 
 /**
- * One dedicated connection that LISTENs on every subscriber's channel, and proves it hears: behind a
- * transaction pooler a LISTEN succeeds on some server connection and its notifications go nowhere. So the feed
- * sends itself a probe through the pool (after LISTEN, then every probeIntervalMs); `listening` is true only
- * while the last probe's echo came within probeTimeoutMs. Unheard or disconnected, it reconnects with backoff.
+ * One connection LISTENing on every subscriber's channel, proving it hears: behind a transaction pooler a LISTEN
+ * succeeds and hears nothing. So the feed sends itself a probe through the pool every probeIntervalMs; `listening`
+ * holds while each echo comes within probeTimeoutMs. Unheard or disconnected, it reconnects with backoff.
  */
 export class ChangeFeed {
   listening = false
-  /** Connections lost, never made, or found deaf. */
   drops = 0
   probesMissed = 0
   lastEchoMs: number | undefined
@@ -153,8 +151,7 @@ export class ChangeFeed {
           'connections in a row; it tries again less often (each LISTEN through a transaction pooler stays behind on ' +
           'one of its server connections)')
       }
-      this.retryTimer = setTimeout(() => { this.start() }, delay)
-      this.retryTimer.unref()
+      this.retryTimer = setTimeout(() => { this.start() }, delay).unref()
     }
     this.dropCurrent = drop
     client.on('error', drop)
@@ -174,11 +171,8 @@ export class ChangeFeed {
       drop(err)
       return
     }
-    if (dropped || this.closed) {
-      if (this.closed) await client.end().catch(() => {})
-      return
-    }
-    await this.prove(client, drop, true)
+    if (this.closed) await client.end().catch(() => {})
+    else if (!dropped) await this.prove(client, drop, true)
   }
 
   /** A probe and its echo; the echo's time limit starts once it is sent (a busy pool's wait is not deafness). */
@@ -206,9 +200,8 @@ export class ChangeFeed {
             `${probeTimeoutMs} ms; serving lists from the database${hint}`]
         : [sending.err, 'change feed could not send its probe notification; serving lists from the database']
       // One warning when the feed stops hearing, not one per attempt while it stays deaf.
-      const report = !this.reportedDeaf
+      drop(this.reportedDeaf ? undefined : err, reason)
       this.reportedDeaf = true
-      drop(report ? err : undefined, reason)
       return
     }
     this.lastEchoMs = performance.now() - sent
@@ -224,8 +217,7 @@ export class ChangeFeed {
     this.attempt = 0
     this.reportedDeaf = false
     this.deafConnections = 0
-    this.probeTimer = setTimeout(() => { this.prove(client, drop).catch(drop) }, this.options.probeIntervalMs)
-    this.probeTimer.unref()
+    this.probeTimer = setTimeout(() => { this.prove(client, drop).catch(drop) }, this.options.probeIntervalMs).unref()
   }
 }
 
