@@ -46,13 +46,11 @@ async function create (db: Database, values: Partial<Record<Option, string>>): P
     }
     return n
   }
-  const days = number('expires-in', false)
-  const rate = number('rate-limit', true)
   const key = generateKey()
   const { rows } = await db.query<{ id: bigint, expires: Date | null }>(`
-    INSERT INTO api_keys (name, scope, prefix, digest, rate_limit_per_minute, expires_at)
-    VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 day') RETURNING id, expires_at AS expires`,
-  [name, values.scope, keyPrefix(key), sha256(key), rate, days])
+    INSERT INTO api_keys (name, scope, prefix, digest, expires_at, rate_limit_per_minute)
+    VALUES ($1, $2, $3, $4, now() + $5::float8 * interval '1 day', $6) RETURNING id, expires_at AS expires`,
+  [name, values.scope, keyPrefix(key), sha256(key), number('expires-in', false), number('rate-limit', true)])
   const row = rows[0] as { id: bigint, expires: Date | null }
   const expiry = row.expires === null ? 'never expires' : `expires ${row.expires.toISOString()}`
   process.stdout.write(`created key ${row.id} "${name}" (${String(values.scope)} scope, ${expiry}); ` +

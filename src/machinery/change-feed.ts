@@ -38,10 +38,8 @@ export type ChangeFeedOptions = Partial<typeof DEFAULTS> & {
 }
 
 /** The pool as the feed's `notify`, without taking a request's place in its bounded queue. */
-export function notifyThrough (db: Database): ChangeFeedOptions['notify'] {
-  return async (channel, payload) => {
-    await db.query('SELECT pg_notify($1, $2)', [channel, payload], { bounded: false })
-  }
+export const notifyThrough = (db: Database): ChangeFeedOptions['notify'] => async (channel, payload) => {
+  await db.query('SELECT pg_notify($1, $2)', [channel, payload], { bounded: false })
 }
 
 export interface Subscriber {
@@ -66,8 +64,6 @@ export class ChangeFeed {
   private readonly options: typeof DEFAULTS & ChangeFeedOptions
   private readonly subscribers = new Map<string, Subscriber>()
   private started = false
-  private readonly id = randomBytes(6).toString('hex')
-  private probes = 0
   private awaitedProbe: { payload: string, heard: () => void } | undefined
   private reportedDeaf = false
   private deafConnections = 0
@@ -179,7 +175,7 @@ export class ChangeFeed {
   private async prove (client: pg.Client, drop: (err?: unknown, reason?: string) => void, first = false):
   Promise<void> {
     const { notify, probeSendTimeoutMs, probeTimeoutMs } = this.options
-    const payload = `${PROBE_PREFIX}${this.id}/${++this.probes}`
+    const payload = PROBE_PREFIX + randomBytes(8).toString('hex')
     const sent = performance.now()
     let heard = false
     const echo = new Promise<void>(resolve => {
