@@ -49,9 +49,8 @@ export const keyPrefix = (key: string): string => key.slice(0, KEY_PREFIX.length
 interface KeyRow { id: bigint, scope: Scope, digest: Buffer, rate: number | null, expires: number | null }
 
 /**
- * The active managed keys' digests, in memory: read at start, again on every change the feed announces, and every
- * POLL_MS while the feed cannot vouch that it hears (so a change holds everywhere within a second). A failed read
- * keeps the keys known before; expiry is checked per request.
+ * Active managed keys in memory: read at start, on each change the feed announces, and every POLL_MS while it cannot
+ * vouch that it hears (a change holds everywhere within a second). A failed read keeps the keys; expiry is per request.
  */
 export class ApiKeyStore {
   private keys = new Map<string, AuthenticatedKey>()

@@ -19,7 +19,6 @@ const DEFAULTS = {
   minBackoffMs: 250,
   maxBackoffMs: 5000,
   probeIntervalMs: 5000,
-  /** How long a sent probe's echo may take before the feed counts as deaf. */
   probeTimeoutMs: CONNECTION_TIMEOUT_MS,
   /** How long sending a probe may take: a busy pool's wait for a connection is not deafness. */
   probeSendTimeoutMs: 30_000,
