@@ -32,26 +32,25 @@ async function connect (config: Config): Promise<{ url: string, stop: () => Prom
   return { url: embedded.serviceUrl, stop: embedded.stop }
 }
 
-async function create (db: Database, values: Record<string, string | boolean | undefined>): Promise<void> {
-  const name = typeof values.name === 'string' ? values.name.trim() : ''
+type Option = 'name' | 'scope' | 'expires-in' | 'rate-limit'
+
+async function create (db: Database, values: Partial<Record<Option, string>>): Promise<void> {
+  const name = values.name?.trim() ?? ''
   if (name === '' || name.length > 255) fail('--name must be given, 1 to 255 characters')
   if (values.scope !== 'read' && values.scope !== 'write') fail('--scope must be read or write')
-  const number = (option: string, integer: boolean): number | null => {
-    const text = values[option]
-    if (text === undefined) return null
-    const n = Number(text)
-    if (typeof text !== 'string' || !(n > 0) || !Number.isFinite(n) || (integer && !Number.isSafeInteger(n))) {
+  const number = (option: Option, integer: boolean): number | null => {
+    if (values[option] === undefined) return null
+    const n = Number(values[option])
+    if (!(n > 0 && Number.isFinite(n)) || (integer && !Number.isSafeInteger(n))) {
       fail(`--${option} must be a positive ${integer ? 'whole ' : ''}number`)
     }
     return n
   }
-  const days = number('expires-in', false)
-  const rate = number('rate-limit', true)
   const key = generateKey()
   const { rows } = await db.query<{ id: bigint, expires: Date | null }>(`
-    INSERT INTO api_keys (name, scope, prefix, digest, rate_limit_per_minute, expires_at)
-    VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 day') RETURNING id, expires_at AS expires`,
-  [name, values.scope, keyPrefix(key), sha256(key), rate, days])
+    INSERT INTO api_keys (name, scope, prefix, digest, expires_at, rate_limit_per_minute)
+    VALUES ($1, $2, $3, $4, now() + $5::float8 * interval '1 day', $6) RETURNING id, expires_at AS expires`,
+  [name, values.scope, keyPrefix(key), sha256(key), number('expires-in', false), number('rate-limit', true)])
   const row = rows[0] as { id: bigint, expires: Date | null }
   const expiry = row.expires === null ? 'never expires' : `expires ${row.expires.toISOString()}`
   process.stdout.write(`created key ${row.id} "${name}" (${String(values.scope)} scope, ${expiry}); ` +
@@ -96,7 +95,7 @@ function describe (err: unknown, url: string | undefined): string {
 
 let url: string | undefined
 try {
-  const { values, positionals } = parseArgs({
+  const { values, positionals: [command, id] } = parseArgs({
     allowPositionals: true,
     options: {
       name: { type: 'string' },
@@ -106,25 +105,18 @@ try {
       json: { type: 'boolean' }
     }
   })
-  const [command, ...rest] = positionals
   if (!['create', 'list', 'revoke'].includes(command ?? '')) fail(USAGE)
   // A production environment need not name a static key to manage the others.
   const config = loadConfig({ ...process.env, NODE_ENV: undefined })
   const database = await connect(config)
   url = database.url
   const db = new Database({
-    connectionString: url,
-    applicationName: 'petstore-keys',
-    max: 1,
-    maxWaiting: 1,
-    connectionTimeoutMs: config.db.connectionTimeoutMs,
-    statementTimeoutMs: config.db.statementTimeoutMs,
-    log: () => {}
+    ...config.db, connectionString: url, applicationName: 'petstore-keys', max: 1, maxWaiting: 1, log: () => {}
   })
   try {
     if (command === 'create') await create(db, values)
     else if (command === 'list') await list(db, values.json === true)
-    else await revoke(db, rest[0])
+    else await revoke(db, id)
   } finally {
     await db.end()
     await database.stop()

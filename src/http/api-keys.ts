@@ -1,7 +1,7 @@
-import { randomBytes } from 'node:crypto'
+import { randomInt } from 'node:crypto'
 import { crc32 } from 'node:zlib'
 import type { Database } from '../db/database.js'
-import type { ChangeFeed } from '../machinery/change-feed.js'
+import type { ChangeFeed, Log } from '../machinery/change-feed.js'
 
 export type Scope = 'read' | 'write'
 
@@ -15,31 +15,25 @@ export interface AuthenticatedKey {
   ratePerMinute: number | undefined
 }
 
-export const KEY_PREFIX = 'petstore_'
+const KEY_PREFIX = 'petstore_'
 const BODY_LENGTH = 30
 const CHECKSUM_LENGTH = 6
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 /** What secret scanners look for (docs/deployment.md); the checksum is checked by wellFormedKey. */
 const KEY_PATTERN = /^petstore_[0-9A-Za-z]{36}$/
-export const CHANNEL = 'api_keys_changed'
+const CHANNEL = 'api_keys_changed'
 const POLL_MS = 250
 const LAST_USED_FLUSH_MS = 30_000
 
-function base62 (n: number, length: number): string {
+function checksum (body: string): string {
   let out = ''
-  for (let i = 0; i < length; i++, n = Math.floor(n / 62)) out = (BASE62[n % 62] ?? '') + out
+  for (let i = 0, n = crc32(body); i < CHECKSUM_LENGTH; i++, n = Math.floor(n / 62)) out = (BASE62[n % 62] ?? '') + out
   return out
 }
 
-const checksum = (body: string): string => base62(crc32(body), CHECKSUM_LENGTH)
-
 /** petstore_ + 30 random base62 characters (178 bits) + their CRC32 in 6 base62 characters, as GitHub's tokens. */
 export function generateKey (): string {
-  let body = ''
-  while (body.length < BODY_LENGTH) {
-    // Bytes from 248 up would make the low characters likelier.
-    for (const byte of randomBytes(BODY_LENGTH)) if (byte < 248 && body.length < BODY_LENGTH) body += BASE62[byte % 62]
-  }
+  const body = Array.from({ length: BODY_LENGTH }, () => BASE62[randomInt(62)]).join('')
   return KEY_PREFIX + body + checksum(body)
 }
 
@@ -52,20 +46,17 @@ export function wellFormedKey (key: string): boolean {
 /** Shown by `keys list`: not enough of the key to guess it. */
 export const keyPrefix = (key: string): string => key.slice(0, KEY_PREFIX.length + 4)
 
-interface Log { warn: (obj: object, msg: string) => void, info: (obj: object, msg: string) => void }
 interface KeyRow { id: bigint, scope: Scope, digest: Buffer, rate: number | null, expires: number | null }
 
 /**
- * The active managed keys' digests, in memory: read at start, again on every change the feed announces, and every
- * POLL_MS while the feed cannot vouch that it hears (so a change holds everywhere within a second). A failed read
- * keeps the keys known before; expiry is checked per request.
+ * Active managed keys in memory: read at start, on each change the feed announces, and every POLL_MS while it cannot
+ * vouch that it hears (a change holds everywhere within a second). A failed read keeps the keys; expiry is per request.
  */
 export class ApiKeyStore {
   private keys = new Map<string, AuthenticatedKey>()
   private readonly used = new Set<string>()
   private loading: Promise<void> | undefined
   private again = false
-  private fresh = false
   private failing = false
   private timers: NodeJS.Timeout[] = []
 
@@ -81,12 +72,9 @@ export class ApiKeyStore {
   }
 
   async start (): Promise<void> {
-    const poll = setInterval(() => {
-      if ((!this.feed.listening || !this.fresh) && this.loading === undefined) this.poke()
-    }, POLL_MS)
-    const flush = setInterval(() => { this.flushUse().catch(() => {}) }, LAST_USED_FLUSH_MS)
-    this.timers = [poll, flush]
-    for (const timer of this.timers) timer.unref()
+    const poll = (): void => { if ((!this.feed.listening || this.failing) && this.loading === undefined) this.poke() }
+    const flush = (): void => { this.flushUse().catch(() => {}) }
+    this.timers = [setInterval(poll, POLL_MS).unref(), setInterval(flush, LAST_USED_FLUSH_MS).unref()]
     await this.reload()
   }
 
@@ -99,17 +87,14 @@ export class ApiKeyStore {
 
   /** One read at a time; a change announced during a read makes another. */
   async reload (): Promise<void> {
-    if (this.loading !== undefined) {
-      this.again = true
-      return await this.loading
-    }
-    this.loading = (async () => {
+    if (this.loading !== undefined) this.again = true
+    this.loading ??= (async () => {
       do {
         this.again = false
         await this.read()
-      } while (this.again && this.fresh)
+      } while (this.again && !this.failing)
     })().finally(() => { this.loading = undefined })
-    return await this.loading
+    await this.loading
   }
 
   private async read (): Promise<void> {
@@ -121,11 +106,9 @@ export class ApiKeyStore {
       this.keys = new Map(rows.map(({ id, scope, digest, expires, rate }) => [digest.toString('base64'),
         { id: String(id), scope, digest, expiresAt: expires ?? Infinity, ratePerMinute: rate ?? undefined }]))
       if (this.failing) this.log.info({ keys: rows.length }, 'API keys read from the database again')
-      this.fresh = true
       this.failing = false
     } catch (err) {
       if (!this.failing) this.log.warn({ err }, 'API keys could not be read; the keys known before keep working')
-      this.fresh = false
       this.failing = true
     }
   }

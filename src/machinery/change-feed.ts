@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { setTimeout as delay } from 'node:timers/promises'
 import pg from 'pg'
 import type { Database } from '../db/database.js'
 
@@ -7,37 +8,37 @@ export const PROBE_CHANNEL = 'petstore_feed_probe'
 /** Never taken for a change, by any instance. */
 export const PROBE_PREFIX = 'petstore-feed-probe/'
 
-interface Log { warn: (obj: object, msg: string) => void, info: (obj: object, msg: string) => void }
+export interface Log { warn: (obj: object, msg: string) => void, info: (obj: object, msg: string) => void }
 
-export interface ChangeFeedOptions {
+const CONNECTION_TIMEOUT_MS = 2000
+const DEAF_CONNECTIONS_BEFORE_PAUSE = 3
+
+const DEFAULTS = {
+  /** Which setting `connectionString` came from, for the logs and metrics. */
+  connectionName: 'DATABASE_URL',
+  minBackoffMs: 250,
+  maxBackoffMs: 5000,
+  probeIntervalMs: 5000,
+  probeTimeoutMs: CONNECTION_TIMEOUT_MS,
+  /** How long sending a probe may take: a busy pool's wait for a connection is not deafness. */
+  probeSendTimeoutMs: 30_000,
+  /** How often to try again once DEAF_CONNECTIONS_BEFORE_PAUSE new connections in a row heard nothing. */
+  deafRetryMs: 10 * 60 * 1000
+}
+
+export type ChangeFeedOptions = Partial<typeof DEFAULTS> & {
   /** A connection that keeps its session (DATABASE_DIRECT_URL behind a transaction pooler). */
   connectionString: string
-  /** Which setting `connectionString` came from, for the logs and metrics. */
-  connectionName?: string
   /** Sends a notification the way this instance's writes travel (the pool): its probes go this way. */
   notify: (channel: string, payload: string) => Promise<void>
   log: Log
-  minBackoffMs?: number
-  maxBackoffMs?: number
-  probeIntervalMs?: number
-  /** How long a sent probe's echo may take before the feed counts as deaf. */
-  probeTimeoutMs?: number
-  /** How long sending a probe may take: a busy pool's wait for a connection is not deafness. Default 30 s. */
-  probeSendTimeoutMs?: number
-  /** How often to try again once DEAF_CONNECTIONS_BEFORE_PAUSE new connections in a row heard nothing. */
-  deafRetryMs?: number
-  connectionTimeoutMs?: number
   /** Checks the new connection before it LISTENs (db/servers.ts); a rejection drops it. */
   onConnect?: (client: pg.Client) => Promise<void>
 }
 
-export const DEAF_CONNECTIONS_BEFORE_PAUSE = 3
-
 /** The pool as the feed's `notify`, without taking a request's place in its bounded queue. */
-export function notifyThrough (db: Database): ChangeFeedOptions['notify'] {
-  return async (channel, payload) => {
-    await db.query('SELECT pg_notify($1, $2)', [channel, payload], { bounded: false })
-  }
+export const notifyThrough = (db: Database): ChangeFeedOptions['notify'] => async (channel, payload) => {
+  await db.query('SELECT pg_notify($1, $2)', [channel, payload], { bounded: false })
 }
 
 export interface Subscriber {
@@ -49,24 +50,20 @@ export interface Subscriber {
 const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/
 
 /**
- * One dedicated connection that LISTENs on every subscriber's channel, and proves it hears: behind a
- * transaction pooler a LISTEN succeeds on some server connection and its notifications go nowhere. So the feed
- * sends itself a probe through the pool (after LISTEN, then every probeIntervalMs); `listening` is true only
- * while the last probe's echo came within probeTimeoutMs. Unheard or disconnected, it reconnects with backoff.
+ * One connection LISTENing on every subscriber's channel, proving it hears: behind a transaction pooler a LISTEN
+ * succeeds and hears nothing. So the feed sends itself a probe through the pool every probeIntervalMs; `listening`
+ * holds while each echo comes within probeTimeoutMs. Unheard or disconnected, it reconnects with backoff.
  */
 export class ChangeFeed {
   listening = false
-  /** Connections lost, never made, or found deaf. */
   drops = 0
   probesMissed = 0
   lastEchoMs: number | undefined
   readonly connectionName: string
+  private readonly options: typeof DEFAULTS & ChangeFeedOptions
   private readonly subscribers = new Map<string, Subscriber>()
   private started = false
-  private readonly id = randomBytes(6).toString('hex')
-  private probes = 0
   private awaitedProbe: { payload: string, heard: () => void } | undefined
-  /** A feed that stays deaf warns once. */
   private reportedDeaf = false
   private deafConnections = 0
   private client: pg.Client | undefined
@@ -75,23 +72,10 @@ export class ChangeFeed {
   private attempt = 0
   private retryTimer: NodeJS.Timeout | undefined
   private probeTimer: NodeJS.Timeout | undefined
-  private readonly minBackoffMs: number
-  private readonly maxBackoffMs: number
-  private readonly probeIntervalMs: number
-  private readonly probeTimeoutMs: number
-  private readonly probeSendTimeoutMs: number
-  private readonly deafRetryMs: number
-  private readonly connectionTimeoutMs: number
 
-  constructor (private readonly options: ChangeFeedOptions) {
-    this.connectionName = options.connectionName ?? 'DATABASE_URL'
-    this.minBackoffMs = options.minBackoffMs ?? 250
-    this.maxBackoffMs = options.maxBackoffMs ?? 5000
-    this.probeIntervalMs = options.probeIntervalMs ?? 5000
-    this.connectionTimeoutMs = options.connectionTimeoutMs ?? 2000
-    this.probeTimeoutMs = options.probeTimeoutMs ?? this.connectionTimeoutMs
-    this.probeSendTimeoutMs = options.probeSendTimeoutMs ?? 30_000
-    this.deafRetryMs = options.deafRetryMs ?? 10 * 60 * 1000
+  constructor (options: ChangeFeedOptions) {
+    this.options = { ...DEFAULTS, ...options }
+    this.connectionName = this.options.connectionName
   }
 
   subscribe (channel: string, subscriber: Subscriber): void {
@@ -124,18 +108,17 @@ export class ChangeFeed {
     clearTimeout(this.retryTimer)
     clearTimeout(this.probeTimer)
     this.listening = false
-    const client = this.client
-    this.client = undefined
-    await client?.end().catch(() => {})
+    await this.client?.end().catch(() => {})
   }
 
   private async connect (): Promise<void> {
     if (this.closed) return
+    const { connectionString, log, minBackoffMs, maxBackoffMs } = this.options
     const client = new pg.Client({
-      connectionString: this.options.connectionString,
+      connectionString,
       application_name: LISTENER_APPLICATION_NAME,
-      connectionTimeoutMillis: this.connectionTimeoutMs,
-      query_timeout: this.connectionTimeoutMs,
+      connectionTimeoutMillis: CONNECTION_TIMEOUT_MS,
+      query_timeout: CONNECTION_TIMEOUT_MS,
       keepAlive: true
     })
     this.client = client
@@ -152,29 +135,27 @@ export class ChangeFeed {
       this.drops++
       this.changedEverywhere()
       const paused = this.deafConnections >= DEAF_CONNECTIONS_BEFORE_PAUSE
-      const backoff = Math.min(this.maxBackoffMs, this.minBackoffMs * 2 ** this.attempt) * (0.75 + Math.random() * 0.5)
-      const delay = paused ? this.deafRetryMs : backoff
+      const delay = paused
+        ? this.options.deafRetryMs
+        : Math.min(maxBackoffMs, minBackoffMs * 2 ** this.attempt) * (0.75 + Math.random() * 0.5)
       this.attempt++
       const connection = this.connectionName
-      const log = this.options.log
       if (err !== undefined) log.warn({ err, retryInMs: Math.round(delay), wasListening, connection }, reason)
       if (paused && this.deafConnections === DEAF_CONNECTIONS_BEFORE_PAUSE) {
         log.warn({ retryInMs: delay, connection }, `change feed heard nothing on ${DEAF_CONNECTIONS_BEFORE_PAUSE} ` +
           'connections in a row; it tries again less often (each LISTEN through a transaction pooler stays behind on ' +
           'one of its server connections)')
       }
-      this.retryTimer = setTimeout(() => { this.start() }, delay)
-      this.retryTimer.unref()
+      this.retryTimer = setTimeout(() => { this.start() }, delay).unref()
     }
     this.dropCurrent = drop
     client.on('error', drop)
     client.on('end', () => { drop(new Error('listening connection ended')) })
-    client.on('notification', (message) => {
-      const payload = message.payload ?? ''
-      const kind = notificationKind(message.channel, payload,
+    client.on('notification', ({ channel, payload = '' }) => {
+      const kind = notificationKind(channel, payload,
         { awaitedProbe: this.awaitedProbe?.payload, subscribed: channel => this.subscribers.has(channel) })
       if (kind === 'awaited-probe') this.awaitedProbe?.heard()
-      else if (kind === 'change') this.subscribers.get(message.channel)?.notified(payload)
+      else if (kind === 'change') this.subscribers.get(channel)?.notified(payload)
     })
     try {
       await client.connect()
@@ -185,46 +166,37 @@ export class ChangeFeed {
       drop(err)
       return
     }
-    if (dropped || this.closed) {
-      if (this.closed) await client.end().catch(() => {})
-      return
-    }
-    await this.prove(client, drop, true)
+    if (this.closed) await client.end().catch(() => {})
+    else if (!dropped) await this.prove(client, drop, true)
   }
 
   /** A probe and its echo; the echo's time limit starts once it is sent (a busy pool's wait is not deafness). */
   private async prove (client: pg.Client, drop: (err?: unknown, reason?: string) => void, first = false):
   Promise<void> {
-    const payload = `${PROBE_PREFIX}${this.id}/${++this.probes}`
+    const { notify, probeSendTimeoutMs, probeTimeoutMs } = this.options
+    const payload = PROBE_PREFIX + randomBytes(8).toString('hex')
     const sent = performance.now()
     let heard = false
-    let onHeard = (): void => {}
-    this.awaitedProbe = { payload, heard: () => { heard = true; onHeard() } }
-    const sending = await settleWithin(this.options.notify(PROBE_CHANNEL, payload), this.probeSendTimeoutMs)
-    if (sending.sent && !heard) {
-      await new Promise<void>(resolve => {
-        const timer = setTimeout(resolve, this.probeTimeoutMs)
-        onHeard = () => { clearTimeout(timer); resolve() }
-      })
-    }
+    const echo = new Promise<void>(resolve => {
+      this.awaitedProbe = { payload, heard: () => { heard = true; resolve() } }
+    })
+    const sending = await sendWithin(notify(PROBE_CHANNEL, payload), probeSendTimeoutMs)
+    if (sending.sent) await Promise.race([echo, delay(probeTimeoutMs, undefined, { ref: false })])
     this.awaitedProbe = undefined
     if (this.closed || this.client !== client) return
     if (!heard) {
       this.probesMissed++
+      if (sending.sent && first) this.deafConnections++
+      const hint = this.connectionName === 'DATABASE_URL'
+        ? ' (behind a transaction pooler LISTEN hears nothing: set DATABASE_DIRECT_URL)'
+        : ''
+      const [err, reason] = sending.sent
+        ? [new Error('probe notification not heard'), 'change feed did not hear its own notification within ' +
+            `${probeTimeoutMs} ms; serving lists from the database${hint}`]
+        : [sending.err, 'change feed could not send its probe notification; serving lists from the database']
       // One warning when the feed stops hearing, not one per attempt while it stays deaf.
-      const report = !this.reportedDeaf
+      drop(this.reportedDeaf ? undefined : err, reason)
       this.reportedDeaf = true
-      if (sending.sent) {
-        if (first) this.deafConnections++
-        const hint = this.connectionName === 'DATABASE_URL'
-          ? ' (behind a transaction pooler LISTEN hears nothing: set DATABASE_DIRECT_URL)'
-          : ''
-        drop(report ? new Error('probe notification not heard') : undefined, 'change feed did not hear its own ' +
-          `notification within ${this.probeTimeoutMs} ms; serving lists from the database${hint}`)
-      } else {
-        drop(report ? sending.err : undefined,
-          'change feed could not send its probe notification; serving lists from the database')
-      }
       return
     }
     this.lastEchoMs = performance.now() - sent
@@ -240,8 +212,7 @@ export class ChangeFeed {
     this.attempt = 0
     this.reportedDeaf = false
     this.deafConnections = 0
-    this.probeTimer = setTimeout(() => { this.prove(client, drop).catch(drop) }, this.probeIntervalMs)
-    this.probeTimer.unref()
+    this.probeTimer = setTimeout(() => { this.prove(client, drop).catch(drop) }, this.options.probeIntervalMs).unref()
   }
 }
 
@@ -249,23 +220,13 @@ export class ChangeFeed {
 export function notificationKind (channel: string, payload: string,
   state: { awaitedProbe: string | undefined, subscribed: (channel: string) => boolean }):
   'awaited-probe' | 'other-probe' | 'change' | 'unsubscribed' {
-  if (payload.startsWith(PROBE_PREFIX)) {
-    return channel === PROBE_CHANNEL && payload === state.awaitedProbe ? 'awaited-probe' : 'other-probe'
-  }
-  if (!state.subscribed(channel)) return 'unsubscribed'
-  return 'change'
+  if (!payload.startsWith(PROBE_PREFIX)) return state.subscribed(channel) ? 'change' : 'unsubscribed'
+  return channel === PROBE_CHANNEL && payload === state.awaitedProbe ? 'awaited-probe' : 'other-probe'
 }
 
-async function settleWithin (sending: Promise<void>, ms: number):
-Promise<{ sent: true } | { sent: false, err: unknown }> {
-  let timer: NodeJS.Timeout | undefined
-  const late = new Promise<{ sent: false, err: unknown }>(resolve => {
-    timer = setTimeout(() => { resolve({ sent: false, err: new Error(`not sent within ${ms} ms`) }) }, ms)
-  })
-  try {
-    const settled = sending.then(() => ({ sent: true as const }), (err: unknown) => ({ sent: false as const, err }))
-    return await Promise.race([settled, late])
-  } finally {
-    clearTimeout(timer)
-  }
+async function sendWithin (sending: Promise<void>, ms: number): Promise<{ sent: boolean, err?: unknown }> {
+  const timeout = new AbortController()
+  const late = delay(ms, { sent: false, err: new Error(`not sent within ${ms} ms`) }, { signal: timeout.signal })
+  const settled = sending.then(() => ({ sent: true }), (err: unknown) => ({ sent: false, err }))
+  return await Promise.race([settled, late]).finally(() => { timeout.abort() })
 }

@@ -20,7 +20,6 @@ declare module 'fastify' {
 
 export interface DataOptions {
   database: DatabaseOptions
-  /** Where the feed LISTENs, and which setting that address came from (for its logs and metrics). */
   listen: { connectionString: string, connectionName: string }
   idempotencyCleanupMs: number
 }
@@ -39,16 +38,16 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
   db.servers.onMove(() => { feed.reconnectIf(client => db.servers.isStale(client)) })
   const idempotency = new IdempotencyStore(db)
   registerPoolMetrics(app.metrics, db.pool)
-  const collections: Array<Collection<object, Row>> = []
+  const tables: Array<{ problem: () => Promise<string | undefined> }> = []
   app.decorate('db', db)
   app.decorate('changeFeed', feed)
   app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions) => {
     const made = new Collection<New, T>({ db, feed, idempotency, registry: app.metrics }, collection)
-    collections.push(made as unknown as Collection<object, Row>)
+    tables.push(made.table)
     return made
   })
   app.decorate('verifyTables', async () => {
-    for (const { table } of collections) {
+    for (const table of tables) {
       const problem = await table.problem()
       if (problem !== undefined) throw new StartupError(problem)
     }
