@@ -4,10 +4,8 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { NodeSDK } from '@opentelemetry/sdk-node'
 import type { SpanProcessor } from '@opentelemetry/sdk-trace'
 
-/*
- * Loaded with `node --import ./dist/telemetry.js` so that pg and ioredis are instrumented before they are imported.
- * Off, with nothing of the SDK loaded, unless an OTEL_* variable configures an exporter.
- */
+// Loaded with `node --import ./dist/telemetry.js` so that pg and ioredis are instrumented before they are imported.
+// Off, with nothing of the SDK loaded, unless an OTEL_* variable configures an exporter.
 export function telemetryWanted (env: Record<string, string | undefined> = process.env): boolean {
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false
   const set = (name: string): boolean => (env[name]?.trim() ?? '') !== ''
@@ -15,10 +13,8 @@ export function telemetryWanted (env: Record<string, string | undefined> = proce
   return set('OTEL_EXPORTER_OTLP_ENDPOINT') || set('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT')
 }
 
-/** Requests nobody follows a trace for: the balancer's probes and the metrics scrape. */
-function isProbe (url: string | undefined): boolean {
-  return url === '/metrics' || (url?.startsWith('/health/') ?? false)
-}
+// Requests nobody follows a trace for: the balancer's probes and the metrics scrape.
+const isProbe = (url: string | undefined): boolean => url === '/metrics' || (url?.startsWith('/health/') ?? false)
 
 /**
  * Each request's server span, made in the first onRequest hook under an incoming traceparent. A request the sampler

@@ -25,19 +25,15 @@ if ttl < 0 and ARGV[2] == 'INCR' then
 end
 return {tonumber(count), math.max(ttl, 0)}`
 
-const REDIS_KEY_PREFIX = 'petstore:rate-limit:'
 const RETRY_AFTER_FAILURE_MS = 1000 // after Redis failed or was slow, requests skip it this long (or till it is back)
 const STARTUP_WAIT_MS = 1000 // a Redis that is down must not stop the start: limits count per instance until it comes
-const LOCAL_KEYS_PER_LIMIT = 5000 // the plugin's in-memory store's default
-
-interface Window { count: number, openedAt: number }
 
 /**
- * Counted as the plugin's in-memory store does, so a Redis outage falls back to exactly its limits; but each answer
- * is a copy, where the plugin's store hands concurrent checks one shared count that goes on changing.
+ * Counted as the plugin's in-memory store does (5000 keys per limit), so a Redis outage falls back to exactly its
+ * limits; but each answer is a copy: the plugin's store hands concurrent checks one shared, still changing count.
  */
 export class LocalRateLimitStore implements FastifyRateLimitStore {
-  private readonly windows = new LruMap<Window>(LOCAL_KEYS_PER_LIMIT)
+  private readonly windows = new LruMap<{ count: number, openedAt: number }>(5000)
 
   incr (key: string, cb: Callback, timeWindow: number): void { cb(null, this.count(key, timeWindow, true)) }
   read (key: string, cb: Callback, timeWindow: number): void { cb(null, this.count(key, timeWindow, false)) }
@@ -117,13 +113,10 @@ Promise<FastifyRateLimitStoreCtor> {
   const ready = new Promise<true>(resolve => client.once('ready', () => { resolve(true) }))
   client.connect().catch(() => {}) // failures arrive as 'error' events and retries
   const late = new Promise<false>(resolve => setTimeout(resolve, STARTUP_WAIT_MS, false).unref())
-  if (await Promise.race([ready, late])) {
-    app.log.info({ redis }, 'rate limits count in Redis, across every instance')
-  } else {
-    setAvailable(false, lastError ?? `no connection within ${STARTUP_WAIT_MS} ms`)
-  }
+  if (await Promise.race([ready, late])) app.log.info({ redis }, 'rate limits count in Redis, across every instance')
+  else setAvailable(false, lastError ?? `no connection within ${STARTUP_WAIT_MS} ms`)
 
-  function preferRedis (key: string, timeWindow: number, command: 'INCR' | 'GET', cb: Callback, local: () => Counted):
+  function preferRedis (key: string, windowMs: number, command: 'INCR' | 'GET', cb: Callback, local: () => Counted):
   void {
     if (client.status !== 'ready' || Date.now() < skipUntil) {
       fallbacks.inc()
@@ -143,7 +136,7 @@ Promise<FastifyRateLimitStoreCtor> {
     // Judged after this turn's I/O (setImmediate runs after the poll phase): when our own event
     // loop was the slow one, an answer already in the socket still counts, and is not a timeout.
     const timer = setTimeout(() => { setImmediate(fallBack, `no answer within ${timeoutMs} ms`) }, timeoutMs)
-    client.rateLimitCount(REDIS_KEY_PREFIX + key, timeWindow, command).then(([current, ttl]) => {
+    client.rateLimitCount(`petstore:rate-limit:${key}`, windowMs, command).then(([current, ttl]) => {
       if (settled) return
       settled = true
       clearTimeout(timer)

@@ -2,31 +2,19 @@ import { createHmac } from 'node:crypto'
 import rateLimit, { normalizeIP } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import type { Config } from '../config.js'
 import type { AuthenticatedKey } from './api-keys.js'
 import { ApiError } from './errors.js'
 import { LocalRateLimitStore, redisFirstStore } from './rate-limit-store.js'
 
-export interface RateLimitOptions {
-  /** Failed authentications allowed per client address per window. */
-  authFailures: number
-  windowMs: number
-  /** Requests per API key per minute; 0 turns the per-key limit off (a managed key's own limit still holds). */
-  perKeyPerMinute: number
-  /** Count in this Redis, shared by every instance; per instance when undefined. */
-  redis: { url: string, timeoutMs: number } | undefined
-}
-
-/** What the limits do around auth.ts's key check. */
-export interface AccessLimits {
-  /** A request without a valid key: counts the failure; rejects with 429 over the limit, else resolves (then 401). */
-  failed: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
-  /** A request with a valid key: undefined when nothing can refuse it, else a promise that rejects with 429. */
-  verified: (request: FastifyRequest, reply: FastifyReply) => Promise<void> | undefined
-}
-
 declare module 'fastify' {
   interface FastifyInstance {
-    accessLimits: AccessLimits
+    accessLimits: { // around auth.ts's key check
+      /** Without a valid key: counts the failure; rejects with 429 over the limit, else resolves (then 401). */
+      failed: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
+      /** With a valid key: undefined when nothing can refuse it, else a promise that rejects with 429. */
+      verified: (request: FastifyRequest, reply: FastifyReply) => Promise<void> | undefined
+    }
   }
 }
 
@@ -51,7 +39,7 @@ function tooManyRequests (message: string, policy: string, state: LimitState): A
  * Failed authentications per address (request.ip: TRUST_PROXY decides), counted before the 401 in one atomic
  * increment; over the limit, even a valid key gets 429 until the window ends. And requests per key.
  */
-async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Promise<void> {
+async function rateLimits (app: FastifyInstance, options: Config['rateLimit'] & Pick<Config, 'redis'>): Promise<void> {
   const store = options.redis === undefined ? LocalRateLimitStore : await redisFirstStore(app, options.redis)
   await app.register(rateLimit, { global: false, store })
 
