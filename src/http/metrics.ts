@@ -53,13 +53,10 @@ function metricsRouteError (req: IncomingMessage): ApiError | undefined {
   return new ApiError(405, 'METHOD_NOT_ALLOWED', message, { allow: 'GET, HEAD' })
 }
 
-function send (res: ServerResponse, status: number, body: string, headers: Record<string, string>): void {
-  res.writeHead(status, { ...headers, 'content-length': Buffer.byteLength(body) }).end(body)
-}
-
 function sendError (res: ServerResponse, error: ApiError): void {
-  const type = 'application/json; charset=utf-8'
-  send(res, error.status, JSON.stringify(error.toBody()), { ...error.headers, 'content-type': type })
+  const body = JSON.stringify(error.toBody())
+  const headers = { ...error.headers, 'content-type': 'application/json; charset=utf-8' }
+  res.writeHead(error.status, { ...headers, 'content-length': Buffer.byteLength(body) }).end(body)
 }
 
 /** GET /metrics on its own listener (never the public port), every other answer in the Error shape. */
@@ -70,8 +67,9 @@ Promise<Server | undefined> {
     req.url = originForm(req)
     const error = protocolError(req) ?? metricsRouteError(req)
     if (error !== undefined) return sendError(res, error)
-    registry.metrics().then(text => { send(res, 200, text, { 'content-type': registry.contentType }) },
-      () => { sendError(res, errorForStatus(500, 'internal error')) })
+    registry.metrics().then(text => {
+      res.writeHead(200, { 'content-type': registry.contentType, 'content-length': Buffer.byteLength(text) }).end(text)
+    }, () => { sendError(res, errorForStatus(500, 'internal error')) })
   }
   const server = createServer({ requireHostHeader: false }, serve)
   server.on('clientError', clientErrorHandler)
