@@ -1,36 +1,24 @@
 import { subscribe } from 'node:diagnostics_channel'
 import { context, propagation, trace, ROOT_CONTEXT, SpanKind, SpanStatusCode, type Span } from '@opentelemetry/api'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { NodeSDK } from '@opentelemetry/sdk-node'
 import type { SpanProcessor } from '@opentelemetry/sdk-trace'
 
-/**
- * OpenTelemetry tracing, configured only by the standard OTEL_* variables. Loaded before the service
- * (`node --import ./dist/telemetry.js dist/server.js`, as npm start and the image run it) so that pg and ioredis are
- * instrumented before they are imported; Fastify, on every instance, through its initialization diagnostics channel.
- * Off (nothing of the SDK loaded) unless an exporter is configured: OTEL_EXPORTER_OTLP_ENDPOINT,
- * OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_TRACES_EXPORTER; OTEL_SDK_DISABLED=true turns it off whatever else is set.
- */
-
-type Env = Record<string, string | undefined>
-
-export function telemetryWanted (env: Env = process.env): boolean {
+// Loaded with `node --import ./dist/telemetry.js` so that pg and ioredis are instrumented before they are imported.
+// Off, with nothing of the SDK loaded, unless an OTEL_* variable configures an exporter.
+export function telemetryWanted (env: Record<string, string | undefined> = process.env): boolean {
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false
   const set = (name: string): boolean => (env[name]?.trim() ?? '') !== ''
   if (set('OTEL_TRACES_EXPORTER')) return env.OTEL_TRACES_EXPORTER?.trim() !== 'none'
   return set('OTEL_EXPORTER_OTLP_ENDPOINT') || set('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT')
 }
 
-/** Requests nobody follows a trace for: the balancer's probes and the metrics scrape. */
-function isProbe (url: string | undefined): boolean {
-  return url === '/metrics' || (url?.startsWith('/health/') ?? false)
-}
-
-export interface Telemetry { shutdown: () => Promise<void> }
+// Requests nobody follows a trace for: the balancer's probes and the metrics scrape.
+const isProbe = (url: string | undefined): boolean => url === '/metrics' || (url?.startsWith('/health/') ?? false)
 
 /**
- * The server span of every request to every Fastify instance, made in its first onRequest hook, under an incoming
- * traceparent; the rest of the request runs in its context. A request the sampler leaves out runs with no span in
- * its context, so @fastify/otel (ignorePaths below), pg and ioredis (requireParentSpan) do nothing for it.
+ * Each request's server span, made in the first onRequest hook under an incoming traceparent. A request the sampler
+ * leaves out runs with no span in its context, so @fastify/otel, pg and ioredis (requireParentSpan) skip it.
  */
 function traceServerSpans ({ setRPCMetadata, RPCType }: typeof import('@opentelemetry/core')): void {
   const tracer = trace.getTracer('petstore')
@@ -67,29 +55,28 @@ function traceServerSpans ({ setRPCMetadata, RPCType }: typeof import('@opentele
   })
 }
 
-/** Starts the SDK as OTEL_* says (service.name: petstore by default); `spanProcessors` replace the exporter (tests). */
-export async function startTelemetry (options: { spanProcessors?: SpanProcessor[] } = {}): Promise<Telemetry> {
+export async function startTelemetry (options: { spanProcessors?: SpanProcessor[] } = {}): Promise<NodeSDK> {
   // ESM: `import` of a CommonJS package (ioredis) bypasses require hooks; import-in-the-middle's loader lets the
   // instrumentations wrap it, and (through the message channel) only the modules they hook.
   const { register } = await import('node:module')
   const { createAddHookMessageChannel } = await import('import-in-the-middle')
   const { registerOptions, waitForAllMessagesAcknowledged } = createAddHookMessageChannel()
   register('import-in-the-middle/hook.mjs', import.meta.url, registerOptions)
-  const modules = await Promise.all([
-    import('@opentelemetry/sdk-node'),
-    import('@opentelemetry/instrumentation-pg'),
-    import('@opentelemetry/instrumentation-ioredis'),
-    import('@fastify/otel'),
-    import('@opentelemetry/core')
-  ])
-  const [{ NodeSDK }, { PgInstrumentation }, { IORedisInstrumentation }, { FastifyOtelInstrumentation }, core] = modules
+  const [{ NodeSDK }, { PgInstrumentation }, { IORedisInstrumentation }, { FastifyOtelInstrumentation }, core] =
+    await Promise.all([
+      import('@opentelemetry/sdk-node'),
+      import('@opentelemetry/instrumentation-pg'),
+      import('@opentelemetry/instrumentation-ioredis'),
+      import('@fastify/otel'),
+      import('@opentelemetry/core')
+    ])
   traceServerSpans(core) // before @fastify/otel subscribes to the same channel: the server span's hook runs first
-  const env = process.env
-  const namedElsewhere = (env.OTEL_SERVICE_NAME ?? '') !== '' ||
-    /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? '')
+  const { OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES } = process.env
+  const namedElsewhere = (OTEL_SERVICE_NAME ?? '') !== '' ||
+    /(^|,)\s*service\.name\s*=/.test(OTEL_RESOURCE_ATTRIBUTES ?? '')
   const sdk = new NodeSDK({
-    ...(namedElsewhere ? {} : { serviceName: 'petstore' }),
-    ...(options.spanProcessors === undefined ? {} : { spanProcessors: options.spanProcessors }),
+    serviceName: namedElsewhere ? undefined : 'petstore',
+    spanProcessors: options.spanProcessors, // the exporter's stand-in in tests
     metricReaders: [], // traces only: the SDK's default OTLP metrics cost a histogram update per query
     instrumentations: [
       // Statement text only (enhancedDatabaseReporting off: no parameter values), and only inside a request.
@@ -98,8 +85,7 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
       new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command: string) => command }),
       new FastifyOtelInstrumentation({
         registerOnInitialization: true,
-        // Request and handler spans, not one per hook: a span per onRequest/onSend/onResponse hook
-        // would be most of the spans, and of their cost (bench/README.md), and say little.
+        // A span per hook would be most of the spans, and of their cost (bench/README.md), and say little.
         instrumentHooks: false,
         // Asked per route ({ handler, … }) and per request ({ url, method }): not for a request without a server span.
         ignorePaths: (route: { url: string, handler?: unknown }) =>
@@ -112,11 +98,7 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
   })
   sdk.start()
   await waitForAllMessagesAcknowledged()
-  return { shutdown: () => sdk.shutdown() }
+  return sdk
 }
 
-/** Set by the --import entry below when it started the SDK; server.ts flushes it on shutdown. */
-export let telemetry: Telemetry | undefined
-
-// Loaded with --import, before the service: start when configured.
-if (telemetryWanted()) telemetry = await startTelemetry()
+export const telemetry = telemetryWanted() ? await startTelemetry() : undefined

@@ -6,8 +6,7 @@ import { errorResponses, serviceUnavailable } from './errors.js'
 
 const Status = Type.Object({ status: Type.Literal('ok') })
 
-// Ready: not shutting down (a balancer stops sending traffic while it drains), the database takes writes and has
-// every migration applied.
+// Ready: not draining (the balancer then sends elsewhere), the database takes writes and has every migration applied.
 async function health (app: FastifyInstance): Promise<void> {
   const migrations = await migrationNames()
   const schema = { hide: true, response: { 200: Status, ...errorResponses([503]) } }

@@ -5,8 +5,7 @@ import fp from 'fastify-plugin'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** server.ts flips it on SIGTERM. */
-    lifecycle: { shuttingDown: boolean }
+    lifecycle: { shuttingDown: boolean } // server.ts flips it on SIGTERM
   }
 }
 
@@ -17,8 +16,8 @@ export function requestId (req: IncomingMessage): string {
   return typeof header === 'string' && REQUEST_ID.test(header) ? header : randomUUID()
 }
 
-// Connection: close from the moment shutdown begins (decided at send time, so a request in flight gets it too):
-// keep-alive clients move to another instance, and no idle connection holds the process open.
+// Connection: close from the moment shutdown begins, a request in flight included: keep-alive clients move to another
+// instance, and no idle connection holds the process open.
 async function lifecycle (app: FastifyInstance): Promise<void> {
   const state = { shuttingDown: false }
   app.decorate('lifecycle', state)

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type pg from 'pg'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import { ApiError, notFound } from './errors.js'
+import { ApiError, errorForStatus, notFound } from './errors.js'
 import { answerServerEvents, clientErrorHandler, originForm, protocolError } from './protocol.js'
 
 declare module 'fastify' {
@@ -46,8 +46,6 @@ export function registerPoolMetrics (registry: Registry, pool: pg.Pool): void {
   pool.on('error', () => { errors.inc() })
 }
 
-const JSON_TYPE = 'application/json; charset=utf-8'
-
 function metricsRouteError (req: IncomingMessage): ApiError | undefined {
   if (req.url !== '/metrics') return notFound('metrics are at GET /metrics')
   if (req.method === 'GET' || req.method === 'HEAD') return undefined
@@ -55,8 +53,10 @@ function metricsRouteError (req: IncomingMessage): ApiError | undefined {
   return new ApiError(405, 'METHOD_NOT_ALLOWED', message, { allow: 'GET, HEAD' })
 }
 
-function send (res: ServerResponse, status: number, type: string, body: string, headers: object = {}): void {
-  res.writeHead(status, { ...headers, 'content-type': type, 'content-length': Buffer.byteLength(body) }).end(body)
+function sendError (res: ServerResponse, error: ApiError): void {
+  const body = JSON.stringify(error.toBody())
+  const headers = { ...error.headers, 'content-type': 'application/json; charset=utf-8' }
+  res.writeHead(error.status, { ...headers, 'content-length': Buffer.byteLength(body) }).end(body)
 }
 
 /** GET /metrics on its own listener (never the public port), every other answer in the Error shape. */
@@ -66,13 +66,10 @@ Promise<Server | undefined> {
   const serve = (req: IncomingMessage, res: ServerResponse): void => {
     req.url = originForm(req)
     const error = protocolError(req) ?? metricsRouteError(req)
-    if (error !== undefined) {
-      send(res, error.status, JSON_TYPE, JSON.stringify(error.toBody()), error.headers)
-      return
-    }
-    registry.metrics().then(text => { send(res, 200, registry.contentType, text) }, () => {
-      send(res, 500, JSON_TYPE, JSON.stringify({ code: 'INTERNAL_ERROR', message: 'internal error', status: 500 }))
-    })
+    if (error !== undefined) return sendError(res, error)
+    registry.metrics().then(text => {
+      res.writeHead(200, { 'content-type': registry.contentType, 'content-length': Buffer.byteLength(text) }).end(text)
+    }, () => { sendError(res, errorForStatus(500, 'internal error')) })
   }
   const server = createServer({ requireHostHeader: false }, serve)
   server.on('clientError', clientErrorHandler)

@@ -1,44 +1,24 @@
 import { createHmac } from 'node:crypto'
-import rateLimit, { normalizeIP, type FastifyRateLimitStoreCtor } from '@fastify/rate-limit'
+import rateLimit, { normalizeIP } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import type { Config } from '../config.js'
 import type { AuthenticatedKey } from './api-keys.js'
 import { ApiError } from './errors.js'
-import { LocalRateLimitStore, SharedRateLimitStore } from './rate-limit-store.js'
-
-export interface RateLimitOptions {
-  /** Failed authentications allowed per client address per window. */
-  authFailures: number
-  windowMs: number
-  /** Requests per API key per minute; 0 turns the per-key limit off (a managed key's own limit still holds). */
-  perKeyPerMinute: number
-  /** Count in this Redis, shared by every instance; per instance when undefined. */
-  redis: { url: string, timeoutMs: number } | undefined
-}
-
-/** What the limits do around auth.ts's key check. */
-export interface AccessLimits {
-  /** A request without a valid key: counts the failure; rejects with 429 over the limit, else resolves (then 401). */
-  failed: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
-  /** A request with a valid key: undefined when nothing can refuse it, else a promise that rejects with 429. */
-  verified: (request: FastifyRequest, reply: FastifyReply) => Promise<void> | undefined
-}
+import { LocalRateLimitStore, redisFirstStore } from './rate-limit-store.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    accessLimits: AccessLimits
+    accessLimits: { // around auth.ts's key check
+      /** Without a valid key: counts the failure; rejects with 429 over the limit, else resolves (then 401). */
+      failed: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
+      /** With a valid key: undefined when nothing can refuse it, else a promise that rejects with 429. */
+      verified: (request: FastifyRequest, reply: FastifyReply) => Promise<void> | undefined
+    }
   }
 }
 
-const MINUTE = 60000
-
-// Never the key nor its digest, which API_KEY_SHA256 would accept from whoever reads Redis.
-function perKeyName (digest: Buffer): string {
-  return createHmac('sha256', digest).update('petstore per-key rate limit').digest('hex')
-}
-
-type Limiter = ReturnType<FastifyInstance['createRateLimit']>
-type LimitState = Exclude<Awaited<ReturnType<Limiter>>, { isAllowed: true }>
+type LimitState = Exclude<Awaited<ReturnType<ReturnType<FastifyInstance['createRateLimit']>>>, { isAllowed: true }>
 
 /** IETF draft-ietf-httpapi-ratelimit-headers (draft 8 and later): a named policy and its current state. */
 function rateLimitHeaders (policy: string, state: LimitState): Record<string, string> {
@@ -57,17 +37,10 @@ function tooManyRequests (message: string, policy: string, state: LimitState): A
 
 /**
  * Failed authentications per address (request.ip: TRUST_PROXY decides), counted before the 401 in one atomic
- * increment; over the limit, even a valid key gets 429 until the window ends. And requests per key. Counted per
- * instance, or in Redis across every instance (rate-limit-store.ts); auth.ts's hook calls them.
+ * increment; over the limit, even a valid key gets 429 until the window ends. And requests per key.
  */
-async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Promise<void> {
-  let store: FastifyRateLimitStoreCtor = LocalRateLimitStore
-  if (options.redis !== undefined) {
-    const shared = new SharedRateLimitStore({ ...options.redis, log: app.log, registry: app.metrics })
-    await shared.connect()
-    app.addHook('onClose', async () => { await shared.close() })
-    store = shared.storeClass()
-  }
+async function rateLimits (app: FastifyInstance, options: Config['rateLimit'] & Pick<Config, 'redis'>): Promise<void> {
+  const store = options.redis === undefined ? LocalRateLimitStore : await redisFirstStore(app, options.redis)
   await app.register(rateLimit, { global: false, store })
 
   const authFailures = app.createRateLimit({
@@ -77,21 +50,24 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
   })
   // Once per digest Buffer: a static key's lives as long as the app, a managed key's until the keys are read again.
   const perKeyNames = new WeakMap<Buffer, string>()
-  const perKeyNameOf = (digest: Buffer): string => {
+  const perKeyName = (digest: Buffer): string => {
     let name = perKeyNames.get(digest)
-    if (name === undefined) perKeyNames.set(digest, name = perKeyName(digest))
+    if (name === undefined) {
+      // Never the key nor its digest, which API_KEY_SHA256 would accept from whoever reads Redis.
+      name = createHmac('sha256', digest).update('petstore per-key rate limit').digest('hex')
+      perKeyNames.set(digest, name)
+    }
     return name
   }
   const perKey = app.createRateLimit({
     max: (request) => request.apiKey?.ratePerMinute ?? options.perKeyPerMinute,
-    timeWindow: MINUTE,
-    keyGenerator: (request) => `per-key:${perKeyNameOf((request.apiKey as AuthenticatedKey).digest)}`
+    timeWindow: 60_000,
+    keyGenerator: (request) => `per-key:${perKeyName((request.apiKey as AuthenticatedKey).digest)}`
   })
   const hasPerKeyLimit = (request: FastifyRequest): boolean =>
     options.perKeyPerMinute > 0 || request.apiKey?.ratePerMinute !== undefined
 
   // Counted in memory, failures can only refuse an address within a window of this instance's last one.
-  const shared = options.redis !== undefined
   let failuresMayCountUntil = 0
 
   const failedAuthLimit = (state: LimitState): ApiError =>
@@ -119,7 +95,7 @@ async function rateLimits (app: FastifyInstance, options: RateLimitOptions): Pro
   }
 
   function verified (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
-    const readFailures = shared || Date.now() < failuresMayCountUntil
+    const readFailures = options.redis !== undefined || Date.now() < failuresMayCountUntil
     if (!readFailures && !hasPerKeyLimit(request)) return undefined
     return verifiedSlowly(request, reply, readFailures)
   }
