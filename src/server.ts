@@ -16,9 +16,8 @@ import { telemetry } from './telemetry.js'
 
 // Configuration, the fast checks, the slow steps, listen: a failure on the way is one line and exit 1.
 
-/** The app once it listens: a shutdown before that only stops what has been started. */
+// The app once it listens (a shutdown before that only stops what has started); how to stop each step, in order.
 let listening: FastifyInstance | undefined
-/** How to stop what has been started, in start order. */
 const undo: Array<() => Promise<unknown>> = []
 
 async function readOrCreateDevKey (file: string): Promise<{ value: string, created: boolean }> {

@@ -7,7 +7,6 @@ import { StartupError } from './startup-error.js'
 
 type PortSetting = 'PORT' | 'METRICS_PORT'
 
-/** What a failure to listen on the port of `setting` throws. */
 export function listenFailed (setting: PortSetting, host: string, port: number): (err: unknown) => never {
   const hostSetting = setting === 'PORT' ? 'HOST' : 'METRICS_HOST'
   const off = setting === 'METRICS_PORT' ? ', or 0 to turn metrics off' : ''

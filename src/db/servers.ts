@@ -1,12 +1,8 @@
 import type pg from 'pg'
 import { COMMIT_NOT_REPLICATED, DATABASE_IN_RECOVERY } from './errors.js'
 
-/*
- * Every connection is checked so that a failover cannot make the service serve from the wrong server
- * (docs/deployment.md, "Failover"): a standby is refused; a server is known by its postmaster's start time, and
- * when the newest connection reaches another one, every connection to the old one is stale; a commit whose wait
- * for the synchronous standby was cancelled (reported as success with a warning) is an error, its outcome unknown.
- */
+// What every connection is checked for, so that a failover cannot make the service serve from the wrong server:
+// docs/deployment.md, "Failover and lost connections".
 
 // PostgreSQL's warning (syncrep.c) when a commit stops waiting for its standby.
 const SYNC_WAIT_CANCELED = /^canceling (the )?wait for synchronous replication/
