@@ -50,9 +50,9 @@ export class Database {
     return await this.withClient(async client => await client.query<R>({ text, values }), options)
   }
 
-  async transaction<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  async transaction<T> (work: (client: pg.PoolClient) => Promise<T>, begin = 'BEGIN'): Promise<T> {
     return await this.withClient(async client => {
-      await client.query('BEGIN')
+      await client.query(begin)
       const result = await work(client)
       await client.query('COMMIT')
       return result

@@ -11,10 +11,9 @@ interface Logger { info: (msg: string) => void, warn: (msg: string) => void, err
 
 /**
  * Applies every pending migration in one transaction, serialized across instances starting together by a
- * transaction-scoped advisory lock (node-pg-migrate's key): unlike its session lock, it holds through a
- * transaction pooler. node-pg-migrate runs inside that transaction: its BEGIN there is only a warning, and
- * its COMMIT (or ROLLBACK) ends it, lock included. `statementTimeoutMs` becomes the role's statement_timeout in
- * this database: the server applies it through any pooler.
+ * transaction-scoped advisory lock (node-pg-migrate's key): unlike its session lock, it holds through a transaction
+ * pooler. node-pg-migrate runs inside that transaction (its BEGIN is only a warning), its COMMIT or ROLLBACK ends it.
+ * `statementTimeoutMs` becomes the role's statement_timeout in this database: the server applies it through any pooler.
  */
 export async function runMigrations (databaseUrl: string, logger: Logger,
   { statementTimeoutMs }: { statementTimeoutMs?: number } = {}): Promise<void> {
@@ -96,6 +95,5 @@ export async function checkStatementTimeout (db: Database, ms: number, log: Pick
 
 /** The names node-pg-migrate records for our migration files, to check that all are applied. */
 export async function migrationNames (): Promise<string[]> {
-  const files = await readdir(MIGRATIONS_DIR)
-  return files.filter(f => f.endsWith('.sql')).map(f => f.replace(/\.sql$/, '')).sort()
+  return (await readdir(MIGRATIONS_DIR)).filter(f => f.endsWith('.sql')).map(f => f.replace(/\.sql$/, '')).sort()
 }
