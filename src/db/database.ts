@@ -60,9 +60,8 @@ export class Database {
   }
 
   /**
-   * One connection for `work`; after any failure it is closed, not reused (it may be mid-transaction or lost).
-   * `bounded: false` may wait even when the queue is full: the change feed's probe must not be refused for the
-   * requests' overload, nor take a request's place.
+   * One connection for `work`, closed after any failure (it may be mid-transaction or lost). `bounded: false` may
+   * wait past a full queue: the change feed's probe must not be refused for the requests' overload, nor take a place.
    */
   async withClient<T> (work: (client: pg.PoolClient) => Promise<T>, { bounded = true } = {}): Promise<T> {
     const { pool } = this
