@@ -45,40 +45,31 @@ export type Config = ReturnType<typeof loadConfig>
 export class ConfigError extends StartupError { override name = 'ConfigError' }
 
 /** crypto.hash: no Hash object for a digest auth.ts makes per request. */
-export function sha256 (key: string): Buffer {
-  return hash('sha256', key, 'buffer') as unknown as Buffer
-}
-
-/** A comma-separated list where every entry must be non-blank: "a,,b" is a mistake, not two keys. */
-function list (name: string, value: string | undefined): string[] {
-  if (value === undefined) return []
-  const items = value.split(',').map(item => item.trim())
-  if (items.includes('')) throw new ConfigError(`${name} has an empty or blank key; separate keys with single commas`)
-  return items
-}
+export const sha256 = (key: string): Buffer => hash('sha256', key, 'buffer') as unknown as Buffer
 
 // .env.example's placeholders start so: a key (or the digest of one) that still does was never replaced.
-const PLACEHOLDER_PREFIX = 'change-me'
 const PLACEHOLDER_DIGESTS = new Set(['change-me', 'change-me-api-key'].map(key => sha256(key).toString('hex')))
 const REPLACE_HINT = 'replace it with a real key (for example the output of: openssl rand -hex 32)'
 
+/** A comma-separated list where every entry must be non-blank ("a,,b" is a mistake, not two keys), each digested. */
+function keyList (name: string, value: string | undefined, digest: (entry: string, n: number) => Buffer): Buffer[] {
+  const items = value?.split(',').map(item => item.trim()) ?? []
+  if (items.includes('')) throw new ConfigError(`${name} has an empty or blank key; separate keys with single commas`)
+  return items.map((item, i) => digest(item, i + 1))
+}
+
 function apiKeyDigests (env: Env): Buffer[] {
-  const plain = list('API_KEYS', env.API_KEYS).map((key, i) => {
-    if (key.toLowerCase().startsWith(PLACEHOLDER_PREFIX)) {
-      throw new ConfigError(`API_KEYS entry ${i + 1} is a placeholder (it starts with "${PLACEHOLDER_PREFIX}"); ` +
-        REPLACE_HINT)
-    }
-    return sha256(key)
+  const plain = keyList('API_KEYS', env.API_KEYS, (key, n) => {
+    if (!key.toLowerCase().startsWith('change-me')) return sha256(key)
+    throw new ConfigError(`API_KEYS entry ${n} is a placeholder (it starts with "change-me"); ${REPLACE_HINT}`)
   })
-  const hashed = list('API_KEY_SHA256', env.API_KEY_SHA256).map((hex, i) => {
+  const hashed = keyList('API_KEY_SHA256', env.API_KEY_SHA256, (hex, n) => {
     if (!/^[0-9a-fA-F]{64}$/.test(hex)) {
       throw new ConfigError('API_KEY_SHA256 entries must be 64 hexadecimal characters (a SHA-256 digest)')
     }
-    if (PLACEHOLDER_DIGESTS.has(hex.toLowerCase())) {
-      throw new ConfigError(`API_KEY_SHA256 entry ${i + 1} is the digest of a placeholder key from the example ` +
-        `configuration; ${REPLACE_HINT}, and use its digest`)
-    }
-    return Buffer.from(hex, 'hex')
+    if (!PLACEHOLDER_DIGESTS.has(hex.toLowerCase())) return Buffer.from(hex, 'hex')
+    throw new ConfigError(`API_KEY_SHA256 entry ${n} is the digest of a placeholder key from the example ` +
+      `configuration; ${REPLACE_HINT}, and use its digest`)
   })
   return [...plain, ...hashed]
 }
@@ -96,19 +87,17 @@ function httpDate (name: string, isoDate: string | undefined): string | undefine
 const trustProxy = (value: boolean | string): boolean | string => value === 'true' || (value !== 'false' && value)
 
 /** The URL is checked here but never quoted: it may hold a password. */
-function redisConfig (env: Env): { url: string, timeoutMs: number } | undefined {
-  if (env.REDIS_URL === undefined) return undefined
-  const url = URL.canParse(env.REDIS_URL) ? new URL(env.REDIS_URL) : undefined
+function redisUrl (value: string): string {
+  const url = URL.canParse(value) ? new URL(value) : undefined
   if (url === undefined || !['redis:', 'rediss:'].includes(url.protocol) || url.hostname === '') {
     throw new ConfigError('REDIS_URL must be redis://[user:password@]host[:port][/db] (or rediss:// for TLS)')
   }
-  return { url: env.REDIS_URL, timeoutMs: env.REDIS_TIMEOUT_MS }
+  return value
 }
 
 /** Each entry exactly as a browser sends Origin (lower case, no default port, no path): else it never matches. */
 function corsOrigins (value: string | undefined): string[] {
-  if (value === undefined) return []
-  return value.split(',').map(item => item.trim()).map((entry, i) => {
+  return (value?.split(',') ?? []).map(item => item.trim()).map((entry, i) => {
     const url = URL.canParse(entry) ? new URL(entry) : undefined
     const origin = url !== undefined && ['http:', 'https:'].includes(url.protocol) ? url.origin : undefined
     if (origin !== entry) {
@@ -123,8 +112,7 @@ function corsOrigins (value: string | undefined): string[] {
 /** Parses the environment once; a bad value throws a ConfigError naming the variable. */
 export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
   // Empty variables count as unset (deployment tools write them), except key lists: an empty key is an error.
-  const keyLists = new Set(['API_KEYS', 'API_KEY_SHA256'])
-  const data = Object.fromEntries(Object.entries(source).filter(([k, v]) => v !== '' || keyLists.has(k)))
+  const data = Object.fromEntries(Object.entries(source).filter(([k, v]) => v !== '' || k.startsWith('API_KEY')))
   let env: Env
   try {
     env = envSchema<Env>({ schema: EnvSchema, data, env: false })
@@ -133,11 +121,10 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
   }
   const production = env.NODE_ENV === 'production'
   const digests = apiKeyDigests(env)
-  if (production) {
-    const missing: string[] = []
-    if (env.DATABASE_URL === undefined) missing.push('DATABASE_URL')
-    if (digests.length === 0) missing.push('API_KEYS or API_KEY_SHA256')
-    if (missing.length > 0) throw new ConfigError(`NODE_ENV=production requires ${missing.join(' and ')} to be set`)
+  const missing = [env.DATABASE_URL === undefined && 'DATABASE_URL',
+    digests.length === 0 && 'API_KEYS or API_KEY_SHA256'].filter(name => name !== false)
+  if (production && missing.length > 0) {
+    throw new ConfigError(`NODE_ENV=production requires ${missing.join(' and ')} to be set`)
   }
   if (env.DATABASE_DIRECT_URL !== undefined && env.DATABASE_URL === undefined) {
     throw new ConfigError('DATABASE_DIRECT_URL is set without DATABASE_URL; set DATABASE_URL too (the pool uses it)')
@@ -169,7 +156,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
       windowMs: env.RATE_LIMIT_WINDOW_MS,
       perKeyPerMinute: env.RATE_LIMIT_PER_KEY_PER_MINUTE
     },
-    redis: redisConfig(env),
+    redis: env.REDIS_URL === undefined ? undefined : { url: redisUrl(env.REDIS_URL), timeoutMs: env.REDIS_TIMEOUT_MS },
     shutdown: { drainMs: env.SHUTDOWN_DRAIN_MS ?? (production ? 5000 : 0), timeoutMs: env.SHUTDOWN_TIMEOUT_MS },
     metrics: { port: env.METRICS_PORT, host: env.METRICS_HOST },
     corsOrigins: corsOrigins(env.CORS_ORIGINS)

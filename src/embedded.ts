@@ -1,9 +1,7 @@
 import { StartupError } from './startup-error.js'
 
-type Embedded = typeof import('@petstore/embedded-postgres')
-
 // Development tooling that the image does not install: loaded only when there is no DATABASE_URL.
-export async function loadEmbedded (): Promise<Embedded & { refused: (err: unknown) => never }> {
+export async function loadEmbedded () {
   const embedded = await import('@petstore/embedded-postgres').catch((err: unknown) => {
     throw new StartupError('DATABASE_URL is not set and the embedded PostgreSQL (@petstore/embedded-postgres, ' +
       'development tooling) is not installed here; run npm ci, or set DATABASE_URL', { cause: err })

@@ -10,27 +10,25 @@ import { loadConfig, sha256, type Config } from './config.js'
 import { checkStatementTimeout, runMigrations } from './db/migrate.js'
 import { loadEmbedded } from './embedded.js'
 import { startMetricsServer } from './http/metrics.js'
-import { checkDatabase, checkPortFree, describeBuildError, describeListenError } from './startup-checks.js'
+import { checkDatabase, checkPortFree, describeBuildError, listenFailed } from './startup-checks.js'
 import { reportStartupFailure } from './startup-error.js'
 import { telemetry } from './telemetry.js'
 
 // Configuration, the fast checks, the slow steps, listen: a failure on the way is one line and exit 1.
-interface Started {
-  app: FastifyInstance | undefined
-  /** How to stop what has been started, in start order. */
-  undo: Array<() => Promise<unknown>>
-}
 
-async function readOrCreateSecret (file: string, prefix: string): Promise<{ value: string, created: boolean }> {
+// The app once it listens (a shutdown before that only stops what has started); how to stop each step, in order.
+let listening: FastifyInstance | undefined
+const undo: Array<() => Promise<unknown>> = []
+
+async function readOrCreateDevKey (file: string): Promise<{ value: string, created: boolean }> {
   if (existsSync(file)) return { value: (await readFile(file, 'utf8')).trim(), created: false }
   await mkdir(path.dirname(file), { recursive: true })
-  const value = `${prefix}${randomBytes(24).toString('base64url')}`
+  const value = `dev_${randomBytes(24).toString('base64url')}`
   await writeFile(file, value + '\n', { mode: 0o600 })
   return { value, created: true }
 }
 
-async function start (config: Config, started: Started): Promise<void> {
-  const { undo } = started
+async function start (config: Config): Promise<void> {
   const debug = config.logLevel === 'debug' || config.logLevel === 'trace'
   const dataDir = path.resolve(config.dataDir)
   const address = `http://${config.host}:${config.port}`
@@ -42,14 +40,14 @@ async function start (config: Config, started: Started): Promise<void> {
   let databaseUrl = config.databaseUrl
   if (databaseUrl === undefined) {
     const embedded = await loadEmbedded()
-    const { refused } = embedded
     // The embedded database belongs to one process at a time: a second start is refused before it touches anything.
-    const lock = await embedded.lockDataDir(dataDir, address).catch(refused)
+    const lock = await embedded.lockDataDir(dataDir, address).catch(embedded.refused)
     undo.push(lock.release)
     await checkPorts()
     console.log(`petstore: DATABASE_URL is not set; starting the embedded PostgreSQL (data in ${dataDir})`)
     const postgresLog = debug ? (line: string) => { process.stderr.write(`postgres: ${line}\n`) } : undefined
-    const database = await embedded.startEmbeddedPostgres({ dir: dataDir, lock, log: postgresLog }).catch(refused)
+    const database = await embedded.startEmbeddedPostgres({ dir: dataDir, lock, log: postgresLog })
+      .catch(embedded.refused)
     undo.push(database.stop)
     databaseUrl = database.serviceUrl
   } else {
@@ -57,11 +55,8 @@ async function start (config: Config, started: Started): Promise<void> {
     await checkDatabase(databaseUrl)
   }
   const devKeyFile = path.join(dataDir, 'dev-api-key')
-  let devKey: { value: string, created: boolean } | undefined
-  if (config.apiKeyDigests.length === 0) {
-    devKey = await readOrCreateSecret(devKeyFile, 'dev_')
-    config.apiKeyDigests = [sha256(devKey.value)]
-  }
+  const devKey = config.apiKeyDigests.length === 0 ? await readOrCreateDevKey(devKeyFile) : undefined
+  if (devKey !== undefined) config.apiKeyDigests = [sha256(devKey.value)]
 
   const url = databaseUrl
   const oneLine = (err: unknown): never => { throw describeBuildError(err, url) }
@@ -75,13 +70,11 @@ async function start (config: Config, started: Started): Promise<void> {
   undo.push(async () => { await app.close() })
   await app.verifyTables().catch(oneLine)
   await checkStatementTimeout(app.db, config.db.statementTimeoutMs, app.log)
-  const metrics = await startMetricsServer(app.metrics, config.metrics).catch((err: unknown) => {
-    throw describeListenError(err, 'METRICS_PORT', config.metrics.host, config.metrics.port)
-  })
+  const metrics = await startMetricsServer(app.metrics, config.metrics)
+    .catch(listenFailed('METRICS_PORT', config.metrics.host, config.metrics.port))
   undo.push(async () => { metrics?.close() })
-  await app.listen({ port: config.port, host: config.host })
-    .catch((err: unknown) => { throw describeListenError(err, 'PORT', config.host, config.port) })
-  started.app = app
+  await app.listen({ port: config.port, host: config.host }).catch(listenFailed('PORT', config.host, config.port))
+  listening = app
   if (process.versions.node.startsWith('20.')) {
     app.log.warn(`Node.js ${process.versions.node} is past its end of life; run the service on Node.js 22 or 24`)
   }
@@ -92,10 +85,8 @@ async function start (config: Config, started: Started): Promise<void> {
   }
 }
 
-async function undoAll (started: Started, onError: (err: unknown) => void = () => {}): Promise<void> {
-  const steps = started.undo.reverse()
-  started.undo = []
-  for (const step of steps) await step().catch(onError)
+async function undoAll (onError: (err: unknown) => void = () => {}): Promise<void> {
+  for (const step of undo.splice(0).reverse()) await step().catch(onError)
 }
 
 let config: Config
@@ -105,18 +96,15 @@ try {
   reportStartupFailure(err, process.env.LOG_LEVEL)
   process.exit(1)
 }
-const started: Started = { app: undefined, undo: [] }
-const log = {
-  error: (m: string) => {
-    if (started.app === undefined) console.error(`petstore: ${m}`); else started.app.log.error(m)
-  }
+const logger = {
+  error: (m: string) => { if (listening === undefined) console.error(`petstore: ${m}`); else listening.log.error(m) }
 }
-closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, logger: log }, async ({ signal, err }) => {
-  const { app } = started
+closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, logger }, async ({ signal, err }) => {
+  const app = listening
   if (app === undefined) {
     // Interrupted while starting (a signal, an uncaught error): stop what was started, nothing to drain.
     if (err !== undefined) reportStartupFailure(err, config.logLevel)
-    await undoAll(started)
+    await undoAll()
     return
   }
   if (err !== undefined) app.log.error({ err }, 'fatal error, shutting down')
@@ -125,7 +113,7 @@ closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, log
   app.lifecycle.shuttingDown = true
   if (err === undefined) await sleep(config.shutdown.drainMs)
   let failed = false
-  await undoAll(started, (err) => { failed = true; app.log.error({ err }, 'shutdown step failed') })
+  await undoAll((err) => { failed = true; app.log.error({ err }, 'shutdown step failed') })
   // The last spans: the batch exporter sends only every few seconds.
   await telemetry?.shutdown().catch((err: unknown) => { app.log.warn({ err }, 'traces not flushed') })
   // close-with-grace exits 1 when the handler throws.
@@ -133,9 +121,9 @@ closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, log
   app.log.info('shutdown complete')
 })
 try {
-  await start(config, started)
+  await start(config)
 } catch (err) {
   reportStartupFailure(err, config.logLevel)
-  await undoAll(started)
+  await undoAll()
   process.exit(1)
 }

@@ -1,17 +1,14 @@
+import { once } from 'node:events'
 import { createServer } from 'node:net'
 import pg from 'pg'
 import { StartupError } from './startup-error.js'
 
 // Each failure is one line naming the setting to change; the driver's or system's error stays in the cause.
 
-const START_DATABASE_TIMEOUT_MS = 10000
-
 type PortSetting = 'PORT' | 'METRICS_PORT'
-const HOST_SETTING: Record<PortSetting, string> = { PORT: 'HOST', METRICS_PORT: 'METRICS_HOST' }
 
-export function describeListenError (err: unknown, setting: PortSetting, host: string, port: number): StartupError {
-  const code = (err as NodeJS.ErrnoException).code ?? ''
-  const hostSetting = HOST_SETTING[setting]
+export function listenFailed (setting: PortSetting, host: string, port: number): (err: unknown) => never {
+  const hostSetting = setting === 'PORT' ? 'HOST' : 'METRICS_HOST'
   const off = setting === 'METRICS_PORT' ? ', or 0 to turn metrics off' : ''
   const unresolved = `${hostSetting} ${host} cannot be resolved to an address; ` +
     `set ${hostSetting} to an address of this machine`
@@ -25,25 +22,22 @@ export function describeListenError (err: unknown, setting: PortSetting, host: s
     ENOTFOUND: unresolved,
     EAI_AGAIN: unresolved
   }
-  const other = `cannot listen on ${host}:${port} (${setting}, ${hostSetting}): ${(err as Error).message}`
-  return new StartupError(byCode[code] ?? other, { cause: err })
+  return (err) => {
+    const other = `cannot listen on ${host}:${port} (${setting}, ${hostSetting}): ${(err as Error).message}`
+    throw new StartupError(byCode[(err as NodeJS.ErrnoException).code ?? ''] ?? other, { cause: err })
+  }
 }
 
 /** Fails before any slow step (port 0 picks a free one: nothing to check). */
 export async function checkPortFree (setting: PortSetting, host: string, port: number): Promise<void> {
   if (port === 0) return
-  const server = createServer()
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(port, host, resolve)
-  }).catch((err: unknown) => { throw describeListenError(err, setting, host, port) })
+  const server = createServer().listen(port, host)
+  await once(server, 'listening').catch(listenFailed(setting, host, port))
   await new Promise(resolve => server.close(resolve))
 }
 
-interface Target { where: string, user: string, database: string }
-
 /** Never the password. */
-function target (url: string): Target {
+function target (url: string): { where: string, user: string, database: string } {
   try {
     const u = new URL(url)
     const host = u.searchParams.get('host') ?? (u.hostname === '' ? 'localhost' : u.hostname)
@@ -56,7 +50,7 @@ function target (url: string): Target {
 
 function describeDatabaseError (err: unknown, url: string, timedOutAfterMs?: number): StartupError {
   const { where, user, database } = target(url)
-  const e = err as NodeJS.ErrnoException & { code?: string }
+  const e = err as Error & { code?: string }
   const byCode: Record<string, string> = {
     ECONNREFUSED: `connection refused by ${where}; is PostgreSQL running there, and are the URL's host and port right?`,
     ENOTFOUND: `the host of ${where} cannot be resolved; check the URL's host name`,
@@ -72,18 +66,15 @@ function describeDatabaseError (err: unknown, url: string, timedOutAfterMs?: num
   }
   const known = timedOutAfterMs !== undefined
     ? `no answer from ${where} within ${timedOutAfterMs / 1000} s; check the URL's host, port and any firewall`
-    : e.code !== undefined ? byCode[e.code] : undefined
+    : byCode[e.code ?? '']
   const line = known ?? (/ssl|certificate/i.test(e.message)
     ? `TLS to ${where} failed: ${e.message}; check sslmode in the URL`
     : `cannot connect to ${where}${database === '' ? '' : `/${database}`}: ${e.message}`)
   return new StartupError(`DATABASE_URL: ${line}`, { cause: err })
 }
 
-// The SQLSTATEs a server answers a connection with; the others come from statements.
-const CONNECTION_CODES = new Set(['28P01', '28000', '3D000', '57P03', '53300'])
-
 /** Connects once, to say exactly what is wrong before anything else. */
-export async function checkDatabase (url: string, timeoutMs = START_DATABASE_TIMEOUT_MS): Promise<void> {
+export async function checkDatabase (url: string, timeoutMs = 10000): Promise<void> {
   // pg gives up after connectionTimeoutMillis (any stage: TCP, TLS, authentication) by closing the socket.
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: timeoutMs })
   // A failure after connect() has settled (the server going away) must not become an unhandled 'error' event.
@@ -101,12 +92,11 @@ export async function checkDatabase (url: string, timeoutMs = START_DATABASE_TIM
 export function describeBuildError (err: unknown, url: string): StartupError {
   if (err instanceof StartupError) return err
   const e = err as { code?: string, message?: string }
-  if (e.code !== undefined && (CONNECTION_CODES.has(e.code) || /^E[A-Z]+$/.test(e.code))) {
-    return describeDatabaseError(err, url)
-  }
+  // A system error, or a SQLSTATE a server answers a connection with (the others come from statements).
+  if (/^(E[A-Z]+|28P01|28000|3D000|57P03|53300)$/.test(e.code ?? '')) return describeDatabaseError(err, url)
   // node-pg-migrate sometimes wraps the driver's error into a message that carries its stack.
   const reason = (e.message ?? String(err)).split('\n')[0]?.trim() ?? ''
-  const sqlState = e.code !== undefined && /^[0-9A-Z]{5}$/.test(e.code) ? ` (SQLSTATE ${e.code})` : ''
+  const sqlState = /^[0-9A-Z]{5}$/.test(e.code ?? '') ? ` (SQLSTATE ${e.code})` : ''
   if (sqlState !== '' || /migration/i.test(reason)) {
     const hint = e.code === '42501' || /permission denied/.test(reason)
       ? `the URL's user "${target(url).user}" needs the right to create tables in that database`

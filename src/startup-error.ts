@@ -1,12 +1,7 @@
 import { inspect } from 'node:util'
 
 /** A start that cannot succeed: the message is the one line an operator reads, naming the setting to change. */
-export class StartupError extends Error {
-  constructor (message: string, options?: { cause?: unknown }) {
-    super(message, options)
-    this.name = 'StartupError'
-  }
-}
+export class StartupError extends Error { override name = 'StartupError' }
 
 /** One line to stderr; the details (the cause) only at LOG_LEVEL=debug or trace. */
 export function reportStartupFailure (err: unknown, logLevel: string | undefined,

@@ -2,13 +2,9 @@ import pg from 'pg'
 import { DatabaseUnavailableError, POOL_QUEUE_FULL, databaseError } from './errors.js'
 import { DatabaseServers, outcomeUnknown } from './servers.js'
 
-const INT8_OID = 20
-
 /** int8 as BigInt: a JavaScript number would round ids above 2^53. */
-const types = {
-  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-    oid === INT8_OID ? BigInt : pg.types.getTypeParser(oid, format ?? 'text')) as typeof pg.types.getTypeParser
-}
+const types = new pg.TypeOverrides()
+types.setTypeParser(pg.types.builtins.INT8, BigInt)
 
 export interface DatabaseOptions {
   connectionString: string
@@ -22,13 +18,7 @@ export interface DatabaseOptions {
   log: (fields: object, message: string) => void
 }
 
-function ignoreLostConnection (): void {}
-
-/**
- * The one way to the database: every failure is mapped once (db/errors.ts), every connection checked
- * (db/servers.ts: no standby, no server the address has left, no unconfirmed commit), and the wait for a
- * connection bounded in time and in length (pg.Pool queues without limit).
- */
+/** The one way to the database: failures mapped once (errors.ts), connections checked (servers.ts), waits bounded. */
 export class Database {
   readonly pool: pg.Pool
   readonly servers: DatabaseServers
@@ -43,8 +33,7 @@ export class Database {
       application_name: options.applicationName,
       max: options.max,
       connectionTimeoutMillis: options.connectionTimeoutMs,
-      // The server cancels a slow statement; this bounds what it cannot end (a lost network, a commit waiting for a
-      // standby).
+      // The server cancels a slow statement; this bounds what it cannot end (a lost network, a standby's commit).
       query_timeout: options.statementTimeoutMs + 1000,
       idleTimeoutMillis: 30000,
       types,
@@ -53,7 +42,7 @@ export class Database {
     // Unheard, a dying connection crashes the process: idle ones report here, and pg-pool leaves checked-out ones
     // without a listener (their query rejects on its own).
     this.pool.on('error', err => { options.log({ err }, 'idle database connection failed') })
-    this.pool.on('connect', client => { client.on('error', ignoreLostConnection) })
+    this.pool.on('connect', client => { client.on('error', () => {}) })
   }
 
   async query<R extends pg.QueryResultRow = pg.QueryResultRow> (text: string, values: unknown[] = [],
@@ -61,9 +50,9 @@ export class Database {
     return await this.withClient(async client => await client.query<R>({ text, values }), options)
   }
 
-  async transaction<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  async transaction<T> (work: (client: pg.PoolClient) => Promise<T>, begin = 'BEGIN'): Promise<T> {
     return await this.withClient(async client => {
-      await client.query('BEGIN')
+      await client.query(begin)
       const result = await work(client)
       await client.query('COMMIT')
       return result
@@ -71,24 +60,17 @@ export class Database {
   }
 
   /**
-   * One connection for `work`; after any failure it is closed, not reused (it may be mid-transaction or lost).
-   * `bounded: false` may wait even when the queue is full: the change feed's probe must not be refused for the
-   * requests' overload, nor take a request's place.
+   * One connection for `work`, closed after any failure (it may be mid-transaction or lost). `bounded: false` may
+   * wait past a full queue: the change feed's probe must not be refused for the requests' overload, nor take a place.
    */
   async withClient<T> (work: (client: pg.PoolClient) => Promise<T>, { bounded = true } = {}): Promise<T> {
     const { pool } = this
-    const full = pool.idleCount === 0 && pool.totalCount >= this.options.max &&
-      pool.waitingCount - this.unboundedWaiting >= this.options.maxWaiting
-    if (bounded && full) {
+    if (bounded && pool.idleCount === 0 && pool.totalCount >= this.options.max &&
+      pool.waitingCount - this.unboundedWaiting >= this.options.maxWaiting) {
       const queueFull = Object.assign(new Error('the connection pool queue is full'), { code: POOL_QUEUE_FULL })
       throw new DatabaseUnavailableError(queueFull)
     }
-    let client: pg.PoolClient
-    try {
-      client = await this.acquire(bounded)
-    } catch (err) {
-      throw databaseError(err)
-    }
+    const client = await this.acquire(bounded).catch((err: unknown) => { throw databaseError(err) })
     try {
       const result = await work(client)
       this.servers.confirmReplicated(client)
@@ -113,12 +95,7 @@ export class Database {
       // pg-pool queues a wait synchronously (or opens a new connection without queueing it).
       const queued = !bounded && this.pool.waitingCount > queuedBefore
       if (queued) this.unboundedWaiting++
-      let client: pg.PoolClient
-      try {
-        client = await connecting
-      } finally {
-        if (queued) this.unboundedWaiting--
-      }
+      const client = await connecting.finally(() => { if (queued) this.unboundedWaiting-- })
       if (!this.servers.isStale(client)) return client
       client.release(this.stale)
     }
@@ -129,7 +106,7 @@ export class Database {
     const client = new pg.Client({
       connectionString, application_name: applicationName, connectionTimeoutMillis: connectionTimeoutMs
     })
-    client.on('error', ignoreLostConnection)
+    client.on('error', () => {})
     await client.connect()
     return client
   }

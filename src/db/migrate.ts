@@ -9,32 +9,24 @@ export const MIGRATIONS_TABLE = 'pgmigrations'
 
 interface Logger { info: (msg: string) => void, warn: (msg: string) => void, error: (msg: string) => void }
 
-export interface MigrationOptions {
-  /** Made the role's statement_timeout in this database: the server applies it through any pooler. */
-  statementTimeoutMs?: number
-}
-
 /**
  * Applies every pending migration in one transaction, serialized across instances starting together by a
- * transaction-scoped advisory lock (node-pg-migrate's key): unlike its session lock, it holds through a
- * transaction pooler. node-pg-migrate runs inside that transaction: its BEGIN there is only a warning, and
- * its COMMIT (or ROLLBACK) ends it, lock included.
+ * transaction-scoped advisory lock (node-pg-migrate's key): unlike its session lock, it holds through a transaction
+ * pooler. node-pg-migrate runs inside that transaction (its BEGIN is only a warning), its COMMIT or ROLLBACK ends it.
+ * `statementTimeoutMs` becomes the role's statement_timeout in this database: the server applies it through any pooler.
  */
-export async function runMigrations (databaseUrl: string, logger: Logger, options: MigrationOptions = {}):
-Promise<void> {
+export async function runMigrations (databaseUrl: string, logger: Logger,
+  { statementTimeoutMs }: { statementTimeoutMs?: number } = {}): Promise<void> {
   const client = new pg.Client({ connectionString: databaseUrl, application_name: 'petstore-migrations' })
   // A lost connection fails the query in progress; unheard, its 'error' event would crash the process.
   client.on('error', () => {})
   await client.connect()
-  let endSession = false
   try {
     await client.query('BEGIN')
     // The role's own statement_timeout must not cut a long migration (or the wait for the lock) short.
     await client.query('SET LOCAL statement_timeout = 0')
     await client.query('SELECT pg_advisory_xact_lock($1)', [String(PG_MIGRATE_LOCK_ID)])
-    if (options.statementTimeoutMs !== undefined) {
-      endSession = await setStatementTimeout(client, options.statementTimeoutMs, logger)
-    }
+    const endSession = statementTimeoutMs !== undefined && await setStatementTimeout(client, statementTimeoutMs, logger)
     await runner({
       dbClient: client,
       noLock: true,
@@ -42,8 +34,7 @@ Promise<void> {
       dir: MIGRATIONS_DIR,
       direction: 'up',
       migrationsTable: MIGRATIONS_TABLE,
-      checkOrder: true,
-      logger: { debug: () => {}, info: logger.info, warn: logger.warn, error: logger.error }
+      logger
     })
     // Nothing to run: node-pg-migrate sent no COMMIT, and the transaction (the role setting) is still ours.
     await client.query('COMMIT')
@@ -65,11 +56,10 @@ Promise<void> {
 async function setStatementTimeout (client: pg.Client, ms: number, logger: Logger): Promise<boolean> {
   type Role = { role: string, database: string, superuser: boolean, current: string[] | null }
   const { rows } = await client.query<Role>(`
-    SELECT quote_ident(current_user) AS role, quote_ident(current_database()) AS database,
-      (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS superuser, (
-        SELECT setconfig FROM pg_db_role_setting
-        WHERE setrole = (SELECT oid FROM pg_roles WHERE rolname = current_user)
-          AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())) AS current`)
+    SELECT quote_ident(rolname) AS role, quote_ident(current_database()) AS database, rolsuper AS superuser,
+      (SELECT setconfig FROM pg_db_role_setting JOIN pg_database d ON d.oid = setdatabase
+       WHERE setrole = r.oid AND d.datname = current_database()) AS current
+    FROM pg_roles r WHERE rolname = current_user`)
   const { role, database, superuser, current } = rows[0] as Role
   if (current?.includes(`statement_timeout=${ms}ms`) === true) return false
   const statement = `ALTER ROLE ${role} IN DATABASE ${database} SET statement_timeout = '${ms}ms'`
@@ -105,6 +95,5 @@ export async function checkStatementTimeout (db: Database, ms: number, log: Pick
 
 /** The names node-pg-migrate records for our migration files, to check that all are applied. */
 export async function migrationNames (): Promise<string[]> {
-  const files = await readdir(MIGRATIONS_DIR)
-  return files.filter(f => f.endsWith('.sql')).map(f => f.replace(/\.sql$/, '')).sort()
+  return (await readdir(MIGRATIONS_DIR)).filter(f => f.endsWith('.sql')).map(f => f.replace(/\.sql$/, '')).sort()
 }

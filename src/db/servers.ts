@@ -1,23 +1,11 @@
 import type pg from 'pg'
 import { COMMIT_NOT_REPLICATED, DATABASE_IN_RECOVERY } from './errors.js'
 
-/*
- * What every connection the service opens is checked for, so that a failover cannot make it serve from the
- * wrong server (docs/deployment.md, "Failover"):
- * - a standby in recovery is refused: it refuses writes, and its reads may lag the primary;
- * - the server is known by its postmaster's start time; when the newest connection reaches another server
- *   than before, every connection to the old one is stale (an address moved without cutting sessions would
- *   otherwise keep reading data the new primary does not have);
- * - a commit whose wait for the synchronous standby was cancelled is on this server only: PostgreSQL reports
- *   success with a warning, confirmReplicated() makes it an error (outcome unknown).
- */
+// What every connection is checked for, so that a failover cannot make the service serve from the wrong server:
+// docs/deployment.md, "Failover and lost connections".
 
 // PostgreSQL's warning (syncrep.c) when a commit stops waiting for its standby.
 const SYNC_WAIT_CANCELED = /^canceling (the )?wait for synchronous replication/
-
-export type OpenConnection = () => Promise<pg.Client>
-
-type Log = (fields: object, message: string) => void
 
 /** Errors after which a statement's outcome is unknown: its client-side timeout, an unconfirmed commit. */
 export function outcomeUnknown (err: unknown): boolean {
@@ -33,7 +21,7 @@ export class DatabaseServers {
   private readonly moveListeners: Array<() => void> = []
   private rechecking = false
 
-  constructor (private readonly log: Log = () => {}) {}
+  constructor (private readonly log: (fields: object, message: string) => void) {}
 
   /** Checks a new connection (pg-pool's onConnect, the change feed's); throws for a standby. */
   register = async (client: pg.ClientBase): Promise<void> => {
@@ -47,10 +35,9 @@ export class DatabaseServers {
       if (SYNC_WAIT_CANCELED.test(notice.message ?? '')) this.unreplicated.add(client)
     })
     this.serverOf.set(client, row.server)
-    if (row.server === this.current) return
     const previous = this.current
     this.current = row.server
-    if (previous === undefined) return
+    if (previous === undefined || previous === row.server) return
     this.log({ previous, server: row.server }, 'the database address leads to another server now (a failover or a ' +
       'restart): closing the connections to the old one')
     for (const listener of this.moveListeners) listener()
@@ -77,17 +64,11 @@ export class DatabaseServers {
    * After an unknown outcome, one new connection asks where the address leads now: after a failover that moved
    * it without cutting sessions, each old connection would otherwise hang a request for a whole statement timeout.
    */
-  recheck (open: OpenConnection): void {
+  recheck (open: () => Promise<pg.Client>): void {
     if (this.rechecking) return
     this.rechecking = true
-    const check = async (): Promise<void> => {
-      const client = await open()
-      try {
-        await this.register(client)
-      } finally {
-        await client.end().catch(() => {})
-      }
-    }
-    check().catch(() => {}).finally(() => { this.rechecking = false })
+    open().then(async client => {
+      await this.register(client).finally(async () => { await client.end().catch(() => {}) })
+    }).catch(() => {}).finally(() => { this.rechecking = false })
   }
 }

@@ -97,14 +97,12 @@ export class Table<New extends object, T extends Row> {
   /** Every row in id order, in chunks, from one snapshot (a cursor). */
   async listInChunks (onChunk: (rows: T[]) => void, chunkRows = LIST_CHUNK_ROWS): Promise<void> {
     const fetch = `FETCH ${chunkRows} FROM ${this.name}_list`
-    await this.db.withClient(async client => {
-      await client.query('BEGIN READ ONLY')
+    await this.db.transaction(async client => {
       await client.query(`DECLARE ${this.name}_list NO SCROLL CURSOR FOR ${this.select} ORDER BY id`)
       for (let { rows } = await client.query(fetch); rows.length > 0; { rows } = await client.query(fetch)) {
         onChunk(rows.map(row => toRow<T>(row)))
       }
-      await client.query('COMMIT')
-    })
+    }, 'BEGIN READ ONLY')
   }
 
   /** Every row in id order as JSON (json-copy.ts), segment by segment, from one snapshot. */
@@ -112,16 +110,14 @@ export class Table<New extends object, T extends Row> {
   Promise<void> {
     const writer = new JsonCopyWriter(this.columnTypes, Number(segmentIds), onSegment)
     const casts = Object.entries(this.columnTypes).map(([column, type]) => `${column}::${type}`).join(', ')
-    await this.db.withClient(async client => {
-      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
+    await this.db.transaction(async client => {
       let where = ''
       do {
         await writer.copy(client, `COPY (SELECT id::bigint, ${casts} FROM ${this.name} ${where} ORDER BY id ` +
           `LIMIT ${copyRows}) TO STDOUT (FORMAT binary)`)
         where = `WHERE id > ${writer.lastId}`
       } while (writer.copied === copyRows)
-      await client.query('COMMIT')
-    })
+    }, 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
     writer.finish()
   }
 
