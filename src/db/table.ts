@@ -6,8 +6,7 @@ import { JsonCopyWriter, type JsonSegment } from './json-copy.js'
 /** A row of a resource's table; a NULL column is undefined (the API shows only what was given). */
 export interface Row { id: bigint }
 
-/** Rows per chunk of a list read as objects, and per COPY of one written as JSON (well within a statement timeout). */
-const LIST_CHUNK_ROWS = 1000
+/** Rows per COPY of a list written as JSON: each statement stays well within a statement timeout. */
 const COPY_ROWS = 100_000
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
@@ -31,7 +30,7 @@ function toRow<T extends Row> (record: Record<string, unknown>): T {
   return record as T
 }
 
-/** The SQL every resource needs, written once: batch insert, insert, reads by id and range, the list in chunks. */
+/** The SQL every resource needs, written once: batch insert, insert, reads by id and range, the list as JSON. */
 export class Table<New extends object, T extends Row> {
   readonly columns: string[]
   private readonly select: string
@@ -92,17 +91,6 @@ export class Table<New extends object, T extends Row> {
 
   private async rows (where: string, values: unknown[]): Promise<T[]> {
     return (await this.db.query(`${this.select} WHERE ${where} ORDER BY id`, values)).rows.map(row => toRow<T>(row))
-  }
-
-  /** Every row in id order, in chunks, from one snapshot (a cursor). */
-  async listInChunks (onChunk: (rows: T[]) => void, chunkRows = LIST_CHUNK_ROWS): Promise<void> {
-    const fetch = `FETCH ${chunkRows} FROM ${this.name}_list`
-    await this.db.transaction(async client => {
-      await client.query(`DECLARE ${this.name}_list NO SCROLL CURSOR FOR ${this.select} ORDER BY id`)
-      for (let { rows } = await client.query(fetch); rows.length > 0; { rows } = await client.query(fetch)) {
-        onChunk(rows.map(row => toRow<T>(row)))
-      }
-    }, 'BEGIN READ ONLY')
   }
 
   /** Every row in id order as JSON (json-copy.ts), segment by segment, from one snapshot. */
