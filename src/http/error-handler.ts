@@ -5,7 +5,7 @@ import { ConstraintViolationError, DatabaseUnavailableError } from '../db/errors
 import { IdempotencyKeyInUseError, IdempotencyKeyReusedError } from '../machinery/idempotency.js'
 import { patternRules } from '../shared/text-rules.js'
 import {
-  ApiError, CONFLICT, ErrorSchema, errorForStatus, malformedJson, notFound, serviceUnavailable, validationFailed
+  ApiError, CONFLICT, ErrorSchema, errorForStatus, notFound, serviceUnavailable, validationFailed
 } from './errors.js'
 
 // Every failure after a request exists becomes the Error body here; what Node refuses before that, in protocol.ts.
@@ -36,6 +36,15 @@ function describeValidation (error: AjvError, context: string): string {
   }
 }
 
+// Fastify's errors whose own status or message is not the contract's.
+const FRAMEWORK_ERRORS = new Map<string, [status: number, message: string]>([
+  ['FST_ERR_CTP_INVALID_MEDIA_TYPE', [415, 'Content-Type must be application/json']],
+  ['FST_ERR_CTP_INVALID_CONTENT_LENGTH', [400, 'Content-Length does not match the request body']],
+  ['FST_ERR_CTP_BODY_TOO_LARGE', [413, 'request body is larger than the limit']],
+  ['FST_ERR_BAD_URL', [400, 'the request URL is not valid']],
+  ['FST_ERR_MAX_PARAM_LENGTH', [400, 'a path parameter is too long']]
+])
+
 function toApiError (err: unknown): ApiError {
   if (err instanceof ApiError) return err
   if (err instanceof DatabaseUnavailableError) return serviceUnavailable(err.message)
@@ -52,20 +61,8 @@ function toApiError (err: unknown): ApiError {
   if (Array.isArray(error.validation) && error.validation[0] !== undefined) {
     return validationFailed(describeValidation(error.validation[0], error.validationContext ?? 'body'))
   }
-  switch (error.code) {
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return malformedJson('request body is empty; send a JSON object')
-    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return errorForStatus(415, 'Content-Type must be application/json')
-    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
-      return validationFailed('Content-Length does not match the request body')
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return errorForStatus(413, 'request body is larger than the limit')
-    case 'FST_ERR_BAD_URL':
-      return validationFailed('the request URL is not valid')
-    case 'FST_ERR_MAX_PARAM_LENGTH':
-      return validationFailed('a path parameter is too long')
-  }
+  const known = FRAMEWORK_ERRORS.get(error.code)
+  if (known !== undefined) return errorForStatus(...known)
   const status = typeof error.statusCode === 'number' ? error.statusCode : 500
   if (status >= 400 && status < 500) return errorForStatus(status, STATUS_CODES[status] ?? 'bad request')
   return errorForStatus(500, 'internal error')

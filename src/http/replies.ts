@@ -5,7 +5,7 @@ import type { Collection } from '../machinery/collection.js'
 import type { ListSerializer } from '../machinery/list-cache.js'
 import { encodedTag } from '../machinery/list-compression.js'
 import type { AuthenticatedKey } from './api-keys.js'
-import { addVary, negotiateEncoding } from './content-coding.js'
+import { negotiateEncoding } from './content-coding.js'
 import { notFound } from './errors.js'
 
 const JSON_TYPE = 'application/json; charset=utf-8'
@@ -31,7 +31,9 @@ export function listHandler<New extends object, T extends Row> (resource: Collec
     const accepted = request.headers['accept-encoding']
     const encoding = list.length >= COMPRESS_MIN_BYTES ? negotiateEncoding(accepted) : undefined
     const etag = encoding === undefined ? list.etag : encodedTag(list.etag, encoding)
-    addVary(reply, 'Accept-Encoding')
+    // Vary holds at most CORS's Origin here.
+    const vary = reply.getHeader('vary')
+    reply.header('vary', vary === undefined ? 'Accept-Encoding' : `${String(vary)}, Accept-Encoding`)
     reply.header('cache-control', 'no-cache').header('etag', etag)
     if (ifNoneMatchHits(request.headers['if-none-match'], etag)) {
       await reply.code(304).send()
