@@ -82,7 +82,7 @@ export function errorForStatus (status: number, message: string, headers: Record
 }
 
 /** An operation's own example for a status: a message, or several bodies (e.g. a 400 of two codes). */
-type ErrorExample = string | Array<{ summary: string, body: ErrorBody }>
+type ErrorExample = string | Array<[summary: string, code: ErrorCode, message: string]>
 
 export function errorResponses (statuses: ErrorStatus[], examples: Partial<Record<ErrorStatus, ErrorExample>> = {}) {
   return Object.fromEntries(statuses.map(status => {
@@ -90,7 +90,10 @@ export function errorResponses (statuses: ErrorStatus[], examples: Partial<Recor
     const example = examples[status] ?? message
     const shown = typeof example === 'string'
       ? { example: { code, message: example, status } }
-      : { examples: Object.fromEntries(example.map(({ summary, body }) => [body.code, { summary, value: body }])) }
+      : {
+          examples: Object.fromEntries(example.map(([summary, code, message]) =>
+            [code, { summary, value: { code, message, status } }]))
+        }
     return [status, { description, content: { 'application/json': { schema: ref(ErrorSchema), ...shown } } }]
   }))
 }

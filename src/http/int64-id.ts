@@ -16,33 +16,25 @@ export const Int64IdParams = Type.Object({
 const CANONICAL_ID = new RegExp(ID_PATTERN, 'u')
 const INVALID_ID = `'id' ${patternRules[ID_PATTERN] ?? 'must be a decimal integer'}`
 
-type Validator = (data: unknown) => boolean | { errors?: unknown }
-
 /**
  * The `validatorCompiler` of a route whose params are Int64IdParams. Its other parts keep the app's own Ajv,
  * compiled on first use: the app's compiler exists only once the app is ready.
  */
 export function int64IdValidatorCompiler (app: FastifyInstance): FastifySchemaCompiler<unknown> {
   return (route) => {
-    const where = `${route.method} ${route.url}`
     if (route.httpPart === 'params') {
       const names = Object.keys((route.schema as { properties?: object }).properties ?? {})
       if (names.length !== 1 || names[0] !== 'id') {
-        throw new Error(`${where}: int64IdValidatorCompiler validates Int64IdParams only, not ${names.join(', ')}`)
+        throw new Error(`${route.method} ${route.url}: int64IdValidatorCompiler validates Int64IdParams only, ` +
+          `not ${names.join(', ')}`)
       }
       return ({ id }: { id?: unknown }) => typeof id === 'string' && CANONICAL_ID.test(id) && BigInt(id) <= MAX_ID
         ? { value: { id: BigInt(id) } }
         : { error: validationFailed(INVALID_ID) }
     }
-    let validate: (Validator & { errors?: unknown }) | undefined
+    let validate: ReturnType<FastifySchemaCompiler<unknown>> | undefined
     return (data: unknown) => {
-      if (validate === undefined) {
-        const compiler = app.validatorCompiler
-        if (compiler === undefined || compiler === null) {
-          throw new Error(`${where}: the app has no validator compiler to check its ${route.httpPart ?? 'input'}`)
-        }
-        validate = compiler(route) as Validator
-      }
+      validate ??= (app.validatorCompiler as FastifySchemaCompiler<unknown>)(route)
       if (validate(data) === true) return { value: data }
       // The shape Fastify gives an Ajv failure, so the error handler words it as for any route.
       const error = Object.assign(new Error('request validation failed'),

@@ -10,9 +10,7 @@ import { requestId } from './lifecycle.js'
 // and CONNECT, never reach Fastify: they get a complete response written to the socket.
 
 const CLOSE = { connection: 'close' }
-const VERSIONS = 'only HTTP/1.0 and HTTP/1.1 are supported'
 const NOT_HTTP = 'the request is not valid HTTP'
-const ONLY_CHUNKED = 'the only transfer coding supported is chunked'
 const REQUEST_LINE_START = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ /
 const REQUEST_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ \S+ HTTP\/\d\.\d\r\n/
 const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[\w\-.~!$&'()*+,;=%]+)(?::\d*)?$/
@@ -32,7 +30,7 @@ export function originForm (req: IncomingMessage): string {
 }
 
 const badFraming = (message: string): ApiError => new ApiError(400, 'VALIDATION_FAILED', message, CLOSE)
-const unsupportedVersion = (): ApiError => errorForStatus(505, VERSIONS, CLOSE)
+const unsupportedVersion = (): ApiError => errorForStatus(505, 'only HTTP/1.0 and HTTP/1.1 are supported', CLOSE)
 
 export function protocolError (req: IncomingMessage): ApiError | undefined {
   if (req.httpVersionMajor !== 1) return unsupportedVersion()
@@ -45,7 +43,7 @@ export function protocolError (req: IncomingMessage): ApiError | undefined {
     const codings = transferEncoding.toLowerCase().split(',').map(coding => coding.trim())
     if (req.httpVersionMinor === 0) return badFraming('Transfer-Encoding is not allowed in HTTP/1.0')
     if (codings.at(-1) !== 'chunked') return badFraming('Transfer-Encoding must end with chunked')
-    if (codings.length > 1) return new ApiError(501, 'NOT_IMPLEMENTED', ONLY_CHUNKED, CLOSE)
+    if (codings.length > 1) return errorForStatus(501, 'the only transfer coding supported is chunked', CLOSE)
   }
   if (expect?.split(',').some(member => member.trim().toLowerCase() !== '100-continue') === true) {
     return errorForStatus(417, 'the only expectation supported is 100-continue')
@@ -107,16 +105,13 @@ export function clientErrorHandler (err: ClientError, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed || refused.has(socket)) return
   refused.add(socket)
   const res = answering.get(socket)
-  const error = clientError(err)
-  const afterIt = (then: () => void): void => {
-    if (res === undefined || res.writableFinished) then()
-    else res.once('close', then)
-  }
-  // A bad body after its request was answered (a 401 before the body is read): close, no second answer.
-  if (res !== undefined && !res.req.complete && res.headersSent) afterIt(() => socket.destroy())
-  // The next request in the pipeline is bad: its answer follows the one before.
-  else if (res?.req.complete === true) afterIt(() => { writeRawError(socket, error) })
-  else writeRawError(socket, error)
+  const answer = (): void => { writeRawError(socket, clientError(err)) }
+  if (res === undefined || (!res.req.complete && !res.headersSent)) return answer()
+  // The next request in the pipeline is bad: its answer follows the one before. A bad body after its request
+  // was answered (a 401 before the body is read): close, no second answer.
+  const then = res.req.complete ? answer : () => socket.destroy()
+  if (res.writableFinished) then()
+  else res.once('close', then)
 }
 
 // Node's own answers, in our shape: `route` serves a request whose expectation Node would refuse bare.

@@ -38,13 +38,8 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
   const itemName = idOf(item)
   const required = (create as { required?: string[] }).required?.[0] ?? ''
   const missing = `request body is missing the required member '${required}'`
-  const schema = (operation: Operation, operationId: string, summary: string, description: string): object => ({
-    operationId,
-    summary,
-    description,
-    tags: [name],
-    ...(stability[operation] === undefined ? {} : { 'x-stability': stability[operation] })
-  })
+  const schema = (operation: Operation, operationId: string, summary: string, description: string): object =>
+    ({ operationId, summary, description, tags: [name], 'x-stability': stability[operation] })
 
   async function plugin (app: FastifyInstance): Promise<void> {
     app.addSchema(create)
@@ -78,16 +73,8 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
         response: {
           201: ref(item, { description: `Created and committed: the stored ${singular}; Location is its URL` }),
           ...errorResponses([400, 401, 403, 409, 413, 415, 422, 429, 500, 503], {
-            400: [
-              {
-                summary: `A rule of ${idOf(create)} is broken`,
-                body: { code: 'VALIDATION_FAILED', message: missing, status: 400 }
-              },
-              {
-                summary: 'The body is not JSON',
-                body: { code: MALFORMED_JSON, message: 'request body is not valid JSON', status: 400 }
-              }
-            ]
+            400: [[`A rule of ${idOf(create)} is broken`, 'VALIDATION_FAILED', missing],
+              ['The body is not JSON', MALFORMED_JSON, 'request body is not valid JSON']]
           })
         }
       }
