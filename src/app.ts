@@ -14,7 +14,6 @@ import metrics from './http/metrics.js'
 import openapi from './http/openapi.js'
 import protocol, { clientErrorHandler, originForm } from './http/protocol.js'
 import rateLimits from './http/rate-limit.js'
-import singletonHeaders from './http/singleton-headers.js'
 import pets from './pets/routes.js'
 import data from './plugins/data.js'
 import store from './store/routes.js'
@@ -85,7 +84,6 @@ export async function buildApp (
   await app.register(jsonBody)
   await app.register(cors, { origins: config.corsOrigins })
   await app.register(protocol)
-  await app.register(singletonHeaders)
   await app.register(openapi)
   await app.register(rateLimits, { ...config.rateLimit, redis: config.redis })
   await app.register(data, {

@@ -16,6 +16,10 @@ const REQUEST_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ \S+ HTTP\/\d\.\d\r\n/
 const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[\w\-.~!$&'()*+,;=%]+)(?::\d*)?$/
 const ABSOLUTE_FORM = /^https?:\/\/[^/?#]*/i
 const UNRESERVED = /%(?:[46][1-9A-Fa-f]|[57][0-9Aa]|3[0-9]|2[DEde]|5[Ff]|7[Ee])/g
+// Headers RFC 9110 allows once and the service reads: sent twice, Node keeps one Authorization, Content-Type or Host
+// and joins two Idempotency-Keys or X-Request-Ids, and a proxy in front may pick the other. docs/hardening.md.
+const SINGLETONS = ['Authorization', 'Content-Type', 'Host', 'Idempotency-Key', 'X-Request-Id']
+const SINGLETON_NAMES = SINGLETONS.map(name => name.toLowerCase())
 
 // Fastify's rewriteUrl: absolute-form becomes its path, and unreserved characters are decoded
 // (RFC 3986 6.2.2.2) as the router decodes them, so that checks on the path see what routing sees.
@@ -52,6 +56,20 @@ export function protocolError (req: IncomingMessage): ApiError | undefined {
     return req.method === 'OPTIONS' && req.url === '*'
       ? new ApiError(405, 'METHOD_NOT_ALLOWED', 'OPTIONS * is not supported: send requests to a path', { allow: '' })
       : validationFailed('the request target must be a path')
+  }
+  return undefined
+}
+
+function repeatedSingleton (rawHeaders: string[]): ApiError | undefined {
+  let seen = 0 // bit j: SINGLETON_NAMES[j] was sent
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const raw = rawHeaders[i] as string
+    // Every request pays for this loop: most names are ruled out by their length, without lowercasing.
+    if (raw.length !== 4 && raw.length !== 12 && raw.length !== 13 && raw.length !== 15) continue
+    const j = SINGLETON_NAMES.indexOf(raw.toLowerCase())
+    if (j === -1) continue
+    if ((seen & (1 << j)) !== 0) return validationFailed(`the ${SINGLETONS[j]} header must be sent once`)
+    seen |= 1 << j
   }
   return undefined
 }
@@ -130,8 +148,9 @@ export function answerServerEvents (server: Server, route: (req: IncomingMessage
 
 async function protocol (app: FastifyInstance): Promise<void> {
   answerServerEvents(app.server, (req, res) => { app.routing(req, res) })
+  // Repeated headers before the failed-authentication limit: their 400 is the same whatever the keys are.
   app.addHook('onRequest', function httpRules (request, _reply, done) {
-    done(protocolError(request.raw))
+    done(protocolError(request.raw) ?? repeatedSingleton(request.raw.rawHeaders))
   })
 }
 
