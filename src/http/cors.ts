@@ -10,7 +10,7 @@ const EXPOSED_HEADERS = ['ETag', 'Location', 'Retry-After', 'RateLimit', 'RateLi
 
 // Registered before auth and the rate limits: a page can read every Error body, and a preflight (which never carries
 // a key) counts neither as a failed authentication nor toward a key's limit. No origins: no CORS headers, no hook.
-async function corsOrigins (app: FastifyInstance, { origins }: { origins: string[] }): Promise<void> {
+export default fp(async function corsOrigins (app: FastifyInstance, { origins }: { origins: string[] }): Promise<void> {
   if (origins.length === 0) return
   const allowed = new Set(origins)
   await app.register(cors, {
@@ -26,12 +26,10 @@ async function corsOrigins (app: FastifyInstance, { origins }: { origins: string
   // Access-Control-Allow-*, so the browser blocks the page's request.
   app.addHook('onRequest', function refusedPreflight (request, reply, done) {
     const { method, headers: h } = request
-    if (method !== 'OPTIONS' || h.origin === undefined || h['access-control-request-method'] === undefined) {
+    if (method === 'OPTIONS' && h.origin !== undefined && h['access-control-request-method'] !== undefined) {
+      reply.code(204).header('content-length', '0').send()
+    } else {
       done()
-      return
     }
-    reply.code(204).header('content-length', '0').send()
   })
-}
-
-export default fp(corsOrigins, { name: 'cors' })
+}, { name: 'cors' })

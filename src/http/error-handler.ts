@@ -72,7 +72,7 @@ function sendError (reply: FastifyReply, error: ApiError): FastifyReply {
   return reply.code(error.status).headers(error.headers).send(error.toBody())
 }
 
-async function errors (app: FastifyInstance): Promise<void> {
+export default fp(async function errors (app: FastifyInstance): Promise<void> {
   app.addSchema(ErrorSchema)
   app.setErrorHandler((err: unknown, request: FastifyRequest, reply: FastifyReply) => {
     const error = toApiError(err)
@@ -87,9 +87,7 @@ async function errors (app: FastifyInstance): Promise<void> {
 
   app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) =>
     sendError(reply, notFound(`no route for ${request.method} ${request.url.split('?')[0] ?? ''}`)))
-}
-
-export default fp(errors, { name: 'errors' })
+}, { name: 'errors' })
 
 // A URL Fastify cannot decode (or an over-long path parameter) is refused before routing, outside the error handler.
 export function frameworkErrors (error: FastifyError, _request: FastifyRequest, reply: FastifyReply): FastifyReply {

@@ -34,9 +34,7 @@ async function parseJsonBody ({ headers }: FastifyRequest, body: Buffer): Promis
 }
 
 /** The only body parser: other media types are 415. */
-async function jsonBody (app: FastifyInstance): Promise<void> {
+export default fp(async function jsonBody (app: FastifyInstance): Promise<void> {
   app.removeAllContentTypeParsers()
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, parseJsonBody)
-}
-
-export default fp(jsonBody, { name: 'json-body' })
+}, { name: 'json-body' })

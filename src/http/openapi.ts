@@ -53,7 +53,7 @@ const DOCS_POLICY = "default-src 'self'; base-uri 'self'; font-src 'self' https:
   "img-src 'self' data: validator.swagger.io; object-src 'none'; script-src 'self'; script-src-attr 'none'; " +
   "style-src 'self' https:"
 
-async function openapi (app: FastifyInstance): Promise<void> {
+export default fp(async function openapi (app: FastifyInstance): Promise<void> {
   const tagDescriptions = new Map<string, string>()
   app.decorate('describeTag', (name: string, description: string) => { tagDescriptions.set(name, description) })
   await app.register(swagger, {
@@ -115,6 +115,4 @@ async function openapi (app: FastifyInstance): Promise<void> {
   app.get('/docs/petstore.postman_collection.json', { schema: { hide: true } }, async (_request, reply) =>
     reply.type(JSON_TYPE).header('content-disposition', 'attachment; filename="petstore.postman_collection.json"')
       .send(POSTMAN_COLLECTION))
-}
-
-export default fp(openapi, { name: 'openapi', dependencies: ['errors'] })
+}, { name: 'openapi', dependencies: ['errors'] })

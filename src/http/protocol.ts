@@ -146,13 +146,11 @@ export function answerServerEvents (server: Server, route: (req: IncomingMessage
   })
 }
 
-async function protocol (app: FastifyInstance): Promise<void> {
+// After CORS: a page can read these answers too.
+export default fp(async function protocol (app: FastifyInstance): Promise<void> {
   answerServerEvents(app.server, (req, res) => { app.routing(req, res) })
   // Repeated headers before the failed-authentication limit: their 400 is the same whatever the keys are.
   app.addHook('onRequest', function httpRules (request, _reply, done) {
     done(protocolError(request.raw) ?? repeatedSingleton(request.raw.rawHeaders))
   })
-}
-
-// After CORS: a page can read these answers too.
-export default fp(protocol, { name: 'protocol', dependencies: ['cors'] })
+}, { name: 'protocol', dependencies: ['cors'] })
