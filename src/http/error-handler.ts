@@ -1,18 +1,14 @@
 import { STATUS_CODES } from 'node:http'
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, FastifySchemaValidationError } from 'fastify'
 import fp from 'fastify-plugin'
 import { ConstraintViolationError, DatabaseUnavailableError } from '../db/errors.js'
 import { IdempotencyKeyInUseError, IdempotencyKeyReusedError } from '../machinery/idempotency.js'
 import { patternRules } from '../shared/text-rules.js'
-import {
-  ApiError, CONFLICT, ErrorSchema, errorForStatus, notFound, serviceUnavailable, validationFailed
-} from './errors.js'
+import { ApiError, ErrorSchema, errorForStatus, notFound, serviceUnavailable, validationFailed } from './errors.js'
 
 // Every failure after a request exists becomes the Error body here; what Node refuses before that, in protocol.ts.
 
-interface AjvError { keyword: string, instancePath: string, params: Record<string, unknown>, message?: string }
-
-function describeValidation (error: AjvError, context: string): string {
+function describeValidation (error: FastifySchemaValidationError, context: string): string {
   const field = error.instancePath.replace(/^\//, '').replace(/\//g, '.')
   const subject = field === '' ? (context === 'body' ? 'request body' : context) : `'${field}'`
   const p = error.params
@@ -50,17 +46,16 @@ function toApiError (err: unknown): ApiError {
   if (err instanceof DatabaseUnavailableError) return serviceUnavailable(err.message)
   if (err instanceof ConstraintViolationError) {
     return err.kind === 'conflict'
-      ? new ApiError(409, CONFLICT, 'a stored row already holds a value of this request that must be unique')
+      ? new ApiError(409, 'CONFLICT', 'a stored row already holds a value of this request that must be unique')
       : validationFailed('the request breaks a rule of the stored data')
   }
   if (err instanceof IdempotencyKeyInUseError) {
     return new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', err.message, { 'retry-after': String(err.retryAfterSeconds) })
   }
   if (err instanceof IdempotencyKeyReusedError) return new ApiError(422, 'IDEMPOTENCY_KEY_REUSED', err.message)
-  const error = err as FastifyError & { validation?: AjvError[], validationContext?: string }
-  if (Array.isArray(error.validation) && error.validation[0] !== undefined) {
-    return validationFailed(describeValidation(error.validation[0], error.validationContext ?? 'body'))
-  }
+  const error = err as FastifyError
+  const [invalid] = error.validation ?? []
+  if (invalid !== undefined) return validationFailed(describeValidation(invalid, error.validationContext ?? 'body'))
   const known = FRAMEWORK_ERRORS.get(error.code)
   if (known !== undefined) return errorForStatus(...known)
   const status = typeof error.statusCode === 'number' ? error.statusCode : 500

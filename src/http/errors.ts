@@ -39,12 +39,11 @@ export const ErrorCodes = Object.fromEntries(Object.entries(STATUSES).map(([stat
   { [S in ErrorStatus]: (typeof STATUSES)[S][0] }
 
 export const MALFORMED_JSON = 'MALFORMED_JSON'
-/** 409 for a value a unique constraint of the table already holds (the resource's own rule). */
-export const CONFLICT = 'CONFLICT'
 
-type ErrorCode = (typeof STATUSES)[ErrorStatus][0] | typeof MALFORMED_JSON | typeof CONFLICT
+// CONFLICT: 409 for a value a unique constraint of the table already holds (the resource's own rule).
+type ErrorCode = (typeof STATUSES)[ErrorStatus][0] | typeof MALFORMED_JSON | 'CONFLICT'
 
-const allCodes: ErrorCode[] = [...Object.values(STATUSES).map(([code]) => code), MALFORMED_JSON, CONFLICT]
+const allCodes: ErrorCode[] = [...Object.values(STATUSES).map(([code]) => code), MALFORMED_JSON, 'CONFLICT']
 
 export const ErrorSchema = Type.Object({
   code: Type.Unsafe<ErrorCode>({ type: 'string', enum: allCodes, description: 'Machine-readable error code' }),

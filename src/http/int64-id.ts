@@ -1,6 +1,5 @@
 import { Type } from 'typebox'
 import type { FastifyInstance, FastifySchemaCompiler } from 'fastify'
-import { ID_PATTERN, MAX_ID, patternRules } from '../shared/text-rules.js'
 import { validationFailed } from './errors.js'
 import { Int64Id } from './schemas.js'
 
@@ -8,18 +7,17 @@ import { Int64Id } from './schemas.js'
 // a create gave it. Ajv without coercion would refuse the text; with it, it would take `1e3` and `01` and round ids
 // above 2^53: the route's validator compiler reads the text as a BigInt instead.
 
-/** The params of a `/:id` route: the handler gets `request.params.id` as a bigint. */
 export const Int64IdParams = Type.Object({
   id: Type.Unsafe<bigint>({ ...Int64Id, description: 'The id: a decimal integer from 1 to 9223372036854775807' })
 }, { additionalProperties: false })
 
-const CANONICAL_ID = new RegExp(ID_PATTERN, 'u')
-const INVALID_ID = `'id' ${patternRules[ID_PATTERN] ?? 'must be a decimal integer'}`
+// No sign, no leading zero; the upper bound 2^63-1 is checked as a BigInt.
+const CANONICAL_ID = /^[1-9][0-9]{0,18}$/
+const MAX_ID = 9223372036854775807n
+export const INVALID_ID = "'id' must be a decimal integer from 1 to 9223372036854775807"
 
-/**
- * The `validatorCompiler` of a route whose params are Int64IdParams. Its other parts keep the app's own Ajv,
- * compiled on first use: the app's compiler exists only once the app is ready.
- */
+// For a route whose params are Int64IdParams. Its other parts keep the app's own Ajv, compiled on first use: the
+// app's compiler exists only once the app is ready.
 export function int64IdValidatorCompiler (app: FastifyInstance): FastifySchemaCompiler<unknown> {
   return (route) => {
     if (route.httpPart === 'params') {

@@ -3,7 +3,7 @@ import fp from 'fastify-plugin'
 import { Type, type TObject, type TProperties } from 'typebox'
 import { columnsOf, type Row } from '../db/table.js'
 import { MALFORMED_JSON, errorResponses } from './errors.js'
-import { Int64IdParams, int64IdValidatorCompiler } from './int64-id.js'
+import { INVALID_ID, Int64IdParams, int64IdValidatorCompiler } from './int64-id.js'
 import { createHandler, getHandler, listHandler } from './replies.js'
 import { IdempotencyKeyHeaders, Int64Id, NotModified, ref } from './schemas.js'
 
@@ -87,7 +87,7 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
         response: {
           200: ref(item, { description: `The ${singular} with this id` }),
           ...errorResponses([400, 401, 404, 429, 500, 503], {
-            400: "'id' must be a decimal integer from 1 to 9223372036854775807",
+            400: INVALID_ID,
             404: `no ${singular} with id 42`
           })
         }

@@ -11,9 +11,6 @@ const WHITESPACE = ' \u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000\uFE
 
 export const NAME_PATTERN = `^[^${CONTROLS}]*[^${CONTROLS}${WHITESPACE}][^${CONTROLS}]*$`
 export const DESCRIPTION_PATTERN = `^[^${DESCRIPTION_CONTROLS}]*$`
-/** A canonical decimal id (no sign, no leading zero); the upper bound 2^63-1 is checked as a BigInt. */
-export const ID_PATTERN = '^[1-9][0-9]{0,18}$'
-export const MAX_ID = 9223372036854775807n
 export const IDEMPOTENCY_KEY_PATTERN = '^[!-~]+$'
 
 /** Said in every text field's description: the rule the patterns leave to the server. */
@@ -35,6 +32,5 @@ export const patternRules: Readonly<Record<string, string>> = {
     'lone surrogates',
   [DESCRIPTION_PATTERN]: 'must not contain NUL, lone surrogates or control characters other than tab, line feed ' +
     'and carriage return',
-  [ID_PATTERN]: 'must be a decimal integer from 1 to 9223372036854775807',
   [IDEMPOTENCY_KEY_PATTERN]: 'must be 1 to 255 visible ASCII characters'
 }
