@@ -19,7 +19,6 @@ import data from './plugins/data.js'
 import store from './store/routes.js'
 import { wellFormedPattern } from './shared/text-rules.js'
 
-// With tracing on, a line written during a request names its trace.
 function traceFields (): Record<string, string> {
   const span = trace.getActiveSpan()
   if (span === undefined) return {}

@@ -2,10 +2,8 @@ import type { ListEncoding } from '../machinery/list-compression.js'
 
 const QVALUE = /^\s*q\s*=\s*(0(\.[0-9]{0,3})?|1(\.0{0,3})?)\s*$/i
 
-/**
- * The coding to send for an Accept-Encoding header (RFC 9110 12.5.3), or undefined for identity. Ties go to
- * Brotli, then gzip, then identity; a member with a malformed q-value is ignored.
- */
+// The coding to send for an Accept-Encoding header (RFC 9110 12.5.3), or undefined for identity. Ties go to Brotli,
+// then gzip, then identity; a member with a malformed q-value is ignored.
 export function negotiateEncoding (header: string | undefined): ListEncoding | undefined {
   const named = new Map<string, number>()
   for (const member of header?.split(',') ?? []) {

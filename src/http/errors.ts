@@ -80,7 +80,7 @@ export function errorForStatus (status: number, message: string, headers: Record
   return validationFailed(message)
 }
 
-/** An operation's own example for a status: a message, or several bodies (e.g. a 400 of two codes). */
+// A message, or several bodies (a 400 of two codes).
 type ErrorExample = string | Array<[summary: string, code: ErrorCode, message: string]>
 
 export function errorResponses (statuses: ErrorStatus[], examples: Partial<Record<ErrorStatus, ErrorExample>> = {}) {

@@ -6,9 +6,9 @@ import { ApiError } from './errors.js'
 // OPTIONS is only @fastify/cors's catch-all; CONNECT never reaches the router. HEAD last.
 const CANDIDATES = [...METHODS.filter(m => m !== 'OPTIONS' && m !== 'CONNECT' && m !== 'HEAD'), 'HEAD']
 
-// A known path with another method is 405 with Allow, not 404: in onRequest, after auth, before the body. Only the
-// 404 handler and @fastify/cors's OPTIONS '*' can be one; is404 first, since routeOptions builds an object per call.
-// After auth: under /v1 only a valid key learns which methods a path has.
+// A known path with another method is 405 with Allow, not 404: after auth (only a valid key learns a path's methods),
+// before the body. Only the 404 handler and @fastify/cors's OPTIONS '*' can be one; is404 first: routeOptions builds
+// an object per call.
 export default fp(async function methodNotAllowed (app: FastifyInstance): Promise<void> {
   app.addHook('onRequest', function methodNotAllowed (request, _reply, done) {
     if (request.is404 || (request.method === 'OPTIONS' && request.routeOptions.url === '*')) {

@@ -33,7 +33,6 @@ export function originForm (req: IncomingMessage): string {
   return path.replace(UNRESERVED, hex => String.fromCharCode(parseInt(hex.slice(1), 16))) + target.slice(path.length)
 }
 
-const badFraming = (message: string): ApiError => new ApiError(400, 'VALIDATION_FAILED', message, CLOSE)
 const unsupportedVersion = (): ApiError => errorForStatus(505, 'only HTTP/1.0 and HTTP/1.1 are supported', CLOSE)
 
 export function protocolError (req: IncomingMessage): ApiError | undefined {
@@ -45,8 +44,8 @@ export function protocolError (req: IncomingMessage): ApiError | undefined {
   }
   if (transferEncoding !== undefined) {
     const codings = transferEncoding.toLowerCase().split(',').map(coding => coding.trim())
-    if (req.httpVersionMinor === 0) return badFraming('Transfer-Encoding is not allowed in HTTP/1.0')
-    if (codings.at(-1) !== 'chunked') return badFraming('Transfer-Encoding must end with chunked')
+    if (req.httpVersionMinor === 0) return errorForStatus(400, 'Transfer-Encoding is not allowed in HTTP/1.0', CLOSE)
+    if (codings.at(-1) !== 'chunked') return errorForStatus(400, 'Transfer-Encoding must end with chunked', CLOSE)
     if (codings.length > 1) return errorForStatus(501, 'the only transfer coding supported is chunked', CLOSE)
   }
   if (expect?.split(',').some(member => member.trim().toLowerCase() !== '100-continue') === true) {
@@ -93,6 +92,7 @@ function lineAtError (err: ClientError): string {
 }
 
 function clientError (err: ClientError): ApiError {
+  const requestLine = REQUEST_LINE.test(lineAtError(err))
   switch (err.code) {
     case 'ERR_HTTP_REQUEST_TIMEOUT':
       return errorForStatus(408, 'the request took too long to arrive')
@@ -102,11 +102,9 @@ function clientError (err: ClientError): ApiError {
         ? errorForStatus(414, 'the request URL is too long')
         : errorForStatus(431, 'request headers are too large')
     case 'HPE_INVALID_METHOD':
-      return REQUEST_LINE.test(lineAtError(err))
-        ? errorForStatus(501, 'the request method is not implemented')
-        : validationFailed(NOT_HTTP)
+      return requestLine ? errorForStatus(501, 'the request method is not implemented') : validationFailed(NOT_HTTP)
     case 'HPE_INVALID_VERSION':
-      return REQUEST_LINE.test(lineAtError(err)) ? unsupportedVersion() : validationFailed(NOT_HTTP)
+      return requestLine ? unsupportedVersion() : validationFailed(NOT_HTTP)
     case 'HPE_PAUSED_H2_UPGRADE':
       return unsupportedVersion()
     default:

@@ -17,10 +17,7 @@ const opaque = (tag: string): string => tag.startsWith('W/') ? tag.slice(2) : ta
 
 /** If-None-Match (RFC 9110 13.1.2): `*`, or a list of tags compared weakly. */
 export function ifNoneMatchHits (header: string | undefined, etag: string): boolean {
-  if (header === undefined) return false
-  if (header === etag || header.trim() === '*') return true
-  const wanted = opaque(etag)
-  return header.split(',').some(part => opaque(part.trim()) === wanted)
+  return header?.trim() === '*' || header?.split(',').some(part => opaque(part.trim()) === opaque(etag)) === true
 }
 
 /** From the resource's cache, serialized by the route's own compiled 200 schema. */
@@ -57,11 +54,10 @@ export function createHandler<New extends object, T extends Row> (resource: Coll
       return
     }
     const serialize = reply.getSerializationFunction('201') as unknown as (row: T) => string
-    const outcome = await resource.createIdempotent((request.apiKey as AuthenticatedKey).digest, key, input,
+    const { kind, response } = await resource.createIdempotent((request.apiKey as AuthenticatedKey).digest, key, input,
       row => ({ status: 201, body: serialize(row), location: `${path}/${row.id}` }))
-    const { response } = outcome
     if (response.location !== null) reply.header('location', response.location)
-    if (outcome.kind === 'replay') reply.header('idempotent-replayed', 'true')
+    if (kind === 'replay') reply.header('idempotent-replayed', 'true')
     reply.code(response.status).header('content-type', JSON_TYPE).send(response.body)
   }
 }

@@ -9,13 +9,11 @@ import { IdempotencyKeyHeaders, Int64Id, NotModified, ref } from './schemas.js'
 
 type Operation = 'list' | 'create' | 'get'
 
-/** A resource: everything its three operations need follows from these. */
 export interface Resource<P extends TProperties> {
   /** The table, the path (/v1/<name>) and the tag: lower case, plural. */
   name: string
   singular: string
-  /** The tag's description. */
-  description: string
+  description: string // the tag's
   /** The create body, with an $id (NewCategory); its members are the table's columns. */
   create: TObject<P>
   /** withId(create, 'Category') */

@@ -17,10 +17,8 @@ export const IDEMPOTENCY_KEY_PATTERN = '^[!-~]+$'
 export const NO_LONE_SURROGATES = 'No lone surrogates (a UTF-16 surrogate code unit outside a valid pair, which only ' +
   'a \\u escape in JSON can make): the server refuses them with 400, a pattern cannot say it portably.'
 
-/**
- * Ajv's regExp engine (app.ts): a lone surrogate fails the pattern keyword itself, so its 400 names the field's
- * rule like any other failed pattern. PostgreSQL would store it as U+FFFD.
- */
+// Ajv's regExp engine (app.ts): a lone surrogate, which PostgreSQL would store as U+FFFD, fails the pattern keyword
+// itself, so its 400 names the field's rule like any other failed pattern.
 export const wellFormedPattern = Object.assign((pattern: string, flags: string) => {
   const regExp = new RegExp(pattern, flags)
   // Ajv keys its compiled patterns by toString(): without this, every pattern would share the first one's key.
