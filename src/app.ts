@@ -87,13 +87,11 @@ export async function buildApp (
   await app.register(rateLimits, { ...config.rateLimit, redis: config.redis })
   await app.register(data, {
     database: {
+      ...config.db,
+      max: config.db.poolMax,
       connectionString: config.databaseUrl,
       // Unique per instance: each instance's sessions can be told apart in pg_stat_activity.
       applicationName: `petstore/${randomBytes(6).toString('hex')}`,
-      max: config.db.poolMax,
-      maxWaiting: config.db.maxWaiting,
-      connectionTimeoutMs: config.db.connectionTimeoutMs,
-      statementTimeoutMs: config.db.statementTimeoutMs,
       log: (fields, message) => { app.log.warn(fields, message) }
     },
     listen: config.databaseDirectUrl === undefined

@@ -35,11 +35,9 @@ function beyondDouble (token: string): boolean {
   return !(Math.abs(value) <= Number.MAX_SAFE_INTEGER)
 }
 
-function describe (frames: Frame[], last?: string): string {
-  const segments = frames.map(frame => String(frame.at))
-  if (last !== undefined) segments[segments.length - 1] = last
+function describe (frames: Frame[]): string {
   // JSON escapes make control characters and lone surrogates readable; long paths are cut.
-  const path = JSON.stringify(segments.join('.')).slice(1, -1)
+  const path = JSON.stringify(frames.map(frame => frame.at).join('.')).slice(1, -1)
   return path.length > 120 ? `${path.slice(0, 120)}…` : path
 }
 
@@ -52,17 +50,13 @@ export function interoperabilityProblem (text: string): string | undefined {
     if (c === QUOTE) {
       const end = stringEnd(text, i + 1)
       if (top?.expectName === true) {
-        let name = text.slice(i + 1, end)
-        if (name.includes('\\')) {
-          // Names compare as decoded ("n\u0061me" is "name"); only an escape can make a lone surrogate.
-          name = JSON.parse(text.slice(i, end + 1)) as string
-          if (!name.isWellFormed()) {
-            return `request body has a member name with a lone surrogate: '${describe(frames, name)}'`
-          }
-        }
-        if (top.names?.has(name) === true) return `request body has a duplicate member '${describe(frames, name)}'`
-        top.names?.add(name)
+        const raw = text.slice(i + 1, end)
+        // Names compare as decoded ("n\u0061me" is "name"); only an escape can make a lone surrogate.
+        const name = raw.includes('\\') ? JSON.parse(text.slice(i, end + 1)) as string : raw
         top.at = name
+        if (!name.isWellFormed()) return `request body has a member name with a lone surrogate: '${describe(frames)}'`
+        if (top.names?.has(name) === true) return `request body has a duplicate member '${describe(frames)}'`
+        top.names?.add(name)
         top.expectName = false
       }
       i = end
