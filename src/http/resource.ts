@@ -39,7 +39,7 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
   const schema = (operation: Operation, operationId: string, summary: string, description: string): object =>
     ({ operationId, summary, description, tags: [name], 'x-stability': stability[operation] })
 
-  async function plugin (app: FastifyInstance): Promise<void> {
+  return fp(async function plugin (app: FastifyInstance): Promise<void> {
     app.addSchema(create)
     app.addSchema(item)
     app.describeTag(name, declared.description)
@@ -84,15 +84,10 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
         params: Int64IdParams,
         response: {
           200: ref(item, { description: `The ${singular} with this id` }),
-          ...errorResponses([400, 401, 404, 429, 500, 503], {
-            400: INVALID_ID,
-            404: `no ${singular} with id 42`
-          })
+          ...errorResponses([400, 401, 404, 429, 500, 503], { 400: INVALID_ID, 404: `no ${singular} with id 42` })
         }
       },
       validatorCompiler: int64IdValidatorCompiler(app)
     }, getHandler(collection, singular))
-  }
-
-  return fp(plugin, { name, dependencies: ['data', 'openapi'] })
+  }, { name, dependencies: ['data', 'openapi'] })
 }
