@@ -5,9 +5,7 @@ import fp from 'fastify-plugin'
 import postmanCollection from './petstore.postman_collection.json' with { type: 'json' }
 
 declare module 'fastify' {
-  interface FastifyInstance {
-    describeTag: (name: string, description: string) => void
-  }
+  interface FastifyInstance { describeTag: (name: string, description: string) => void }
 }
 
 // YAML 1.1 tools (PyYAML, Dredd) read the JSON as YAML: they refuse DEL and C1 raw, and take NEL, U+2028, U+2029
