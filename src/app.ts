@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { trace } from '@opentelemetry/api'
-import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, { LogController, type FastifyInstance } from 'fastify'
 import categories from './categories/routes.js'
 import type { Config } from './config.js'
 import auth from './http/auth.js'
@@ -14,18 +14,10 @@ import metrics from './http/metrics.js'
 import openapi from './http/openapi.js'
 import protocol, { clientErrorHandler, originForm } from './http/protocol.js'
 import rateLimits from './http/rate-limit.js'
-import singletonHeaders from './http/singleton-headers.js'
 import pets from './pets/routes.js'
 import data from './plugins/data.js'
 import store from './store/routes.js'
 import { wellFormedPattern } from './shared/text-rules.js'
-
-export interface AppOptions {
-  /** Where log lines go (tests capture them); stdout by default. */
-  logStream?: NodeJS.WritableStream
-}
-
-const IDEMPOTENCY_CLEANUP_INTERVAL_MS = 10 * 60 * 1000
 
 function traceFields (): Record<string, string> {
   const span = trace.getActiveSpan()
@@ -34,27 +26,23 @@ function traceFields (): Record<string, string> {
   return { trace_id: traceId, span_id: spanId }
 }
 
-function loggerOptions (config: Config, options: AppOptions): FastifyServerOptions['logger'] {
-  return {
-    level: config.logLevel,
-    ...(options.logStream === undefined ? {} : { stream: options.logStream }),
-    // Never credentials, and never the query string (a client might put a key there).
-    redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization'], censor: '[redacted]' },
-    // With tracing on, a line written during a request names its trace.
-    mixin: traceFields,
-    serializers: {
-      req: (req: { method: string, url: string, ip?: string, apiKey?: { id: string } | null }) =>
-        ({ method: req.method, url: req.url.split('?')[0], remoteAddress: req.ip, apiKeyId: req.apiKey?.id })
-    }
-  }
-}
-
 /** The whole service, as server.ts and every test build it. Nothing connects until a request or the feed does. */
-export async function buildApp (config: Config & { databaseUrl: string }, options: AppOptions = {}):
-Promise<FastifyInstance> {
+export async function buildApp (
+  config: Config & { databaseUrl: string }, options: { logStream?: NodeJS.WritableStream } = {}
+): Promise<FastifyInstance> {
   const app = Fastify({
-    logger: loggerOptions(config, options),
-    // One log line per request (the onResponse hook below) instead of Fastify's two.
+    logger: {
+      level: config.logLevel,
+      stream: options.logStream,
+      // Never credentials, and never the query string (a client might put a key there).
+      redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization'], censor: '[redacted]' },
+      mixin: traceFields,
+      serializers: {
+        req: (req: { method: string, url: string, ip?: string, apiKey?: { id: string } | null }) =>
+          ({ method: req.method, url: req.url.split('?')[0], remoteAddress: req.ip, apiKeyId: req.apiKey?.id })
+      }
+    },
+    // One log line per request (lifecycle.ts's onResponse hook) instead of Fastify's two.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
     genReqId: requestId,
     trustProxy: config.trustProxy,
@@ -81,7 +69,6 @@ Promise<FastifyInstance> {
         coerceTypes: false,
         removeAdditional: false,
         useDefaults: false,
-        allErrors: false,
         formats: { int64: true },
         // Every pattern also refuses lone surrogates, which a portable pattern cannot say.
         code: { regExp: wellFormedPattern }
@@ -96,24 +83,21 @@ Promise<FastifyInstance> {
   await app.register(jsonBody)
   await app.register(cors, { origins: config.corsOrigins })
   await app.register(protocol)
-  await app.register(singletonHeaders)
   await app.register(openapi)
   await app.register(rateLimits, { ...config.rateLimit, redis: config.redis })
   await app.register(data, {
     database: {
+      ...config.db,
+      max: config.db.poolMax,
       connectionString: config.databaseUrl,
       // Unique per instance: each instance's sessions can be told apart in pg_stat_activity.
       applicationName: `petstore/${randomBytes(6).toString('hex')}`,
-      max: config.db.poolMax,
-      maxWaiting: config.db.maxWaiting,
-      connectionTimeoutMs: config.db.connectionTimeoutMs,
-      statementTimeoutMs: config.db.statementTimeoutMs,
       log: (fields, message) => { app.log.warn(fields, message) }
     },
     listen: config.databaseDirectUrl === undefined
       ? { connectionString: config.databaseUrl, connectionName: 'DATABASE_URL' }
       : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' },
-    idempotencyCleanupMs: IDEMPOTENCY_CLEANUP_INTERVAL_MS
+    idempotencyCleanupMs: 10 * 60 * 1000
   })
   await app.register(auth, { digests: config.apiKeyDigests })
   await app.register(methodNotAllowed)

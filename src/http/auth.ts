@@ -79,4 +79,4 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
   })
 }
 
-export default fp(auth, { name: 'auth', dependencies: ['rate-limits', 'singleton-headers', 'data'] })
+export default fp(auth, { name: 'auth', dependencies: ['rate-limits', 'protocol', 'data'] })

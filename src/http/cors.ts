@@ -4,20 +4,18 @@ import fp from 'fastify-plugin'
 
 /** Every method a route under /v1 answers (test/cors.test.ts checks the routes against it). */
 export const CORS_METHODS = ['GET', 'HEAD', 'POST']
-const ALLOWED_HEADERS = ['Authorization', 'Content-Type', 'Idempotency-Key', 'If-None-Match', 'X-Request-Id']
-const EXPOSED_HEADERS = ['ETag', 'Location', 'Retry-After', 'RateLimit', 'RateLimit-Policy', 'X-Request-Id',
-  'Deprecation', 'Sunset']
 
 // Registered before auth and the rate limits: a page can read every Error body, and a preflight (which never carries
 // a key) counts neither as a failed authentication nor toward a key's limit. No origins: no CORS headers, no hook.
-async function corsOrigins (app: FastifyInstance, { origins }: { origins: string[] }): Promise<void> {
+export default fp(async function corsOrigins (app: FastifyInstance, { origins }: { origins: string[] }): Promise<void> {
   if (origins.length === 0) return
   const allowed = new Set(origins)
   await app.register(cors, {
     origin: (origin, callback) => { callback(null, origin !== undefined && allowed.has(origin)) },
     methods: CORS_METHODS,
-    allowedHeaders: ALLOWED_HEADERS,
-    exposedHeaders: EXPOSED_HEADERS,
+    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'If-None-Match', 'X-Request-Id'],
+    exposedHeaders: ['ETag', 'Location', 'Retry-After', 'RateLimit', 'RateLimit-Policy', 'X-Request-Id', 'Deprecation',
+      'Sunset'],
     maxAge: 600, // Chromium caps it at 2 hours
     // Any OPTIONS from an allowed origin is a preflight: 204, never the plugin's plain-text 400.
     strictPreflight: false
@@ -26,12 +24,10 @@ async function corsOrigins (app: FastifyInstance, { origins }: { origins: string
   // Access-Control-Allow-*, so the browser blocks the page's request.
   app.addHook('onRequest', function refusedPreflight (request, reply, done) {
     const { method, headers: h } = request
-    if (method !== 'OPTIONS' || h.origin === undefined || h['access-control-request-method'] === undefined) {
+    if (method === 'OPTIONS' && h.origin !== undefined && h['access-control-request-method'] !== undefined) {
+      reply.code(204).header('content-length', '0').send()
+    } else {
       done()
-      return
     }
-    reply.code(204).header('content-length', '0').send()
   })
-}
-
-export default fp(corsOrigins, { name: 'cors' })
+}, { name: 'cors' })

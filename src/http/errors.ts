@@ -1,36 +1,49 @@
-import { Type, type Static, type TUnsafe } from 'typebox'
+import { Type, type Static } from 'typebox'
 import { ref } from './schemas.js'
 
-/** The error code of each status (docs/api.md, "Status and error codes"), Node's own answers included. */
-export const ErrorCodes = {
-  400: 'VALIDATION_FAILED',
-  401: 'UNAUTHORIZED',
-  403: 'FORBIDDEN',
-  404: 'NOT_FOUND',
-  405: 'METHOD_NOT_ALLOWED',
-  408: 'REQUEST_TIMEOUT',
-  409: 'IDEMPOTENCY_KEY_IN_USE',
-  413: 'PAYLOAD_TOO_LARGE',
-  414: 'URI_TOO_LONG',
-  415: 'UNSUPPORTED_MEDIA_TYPE',
-  417: 'EXPECTATION_FAILED',
-  422: 'IDEMPOTENCY_KEY_REUSED',
-  429: 'RATE_LIMITED',
-  431: 'HEADERS_TOO_LARGE',
-  500: 'INTERNAL_ERROR',
-  501: 'NOT_IMPLEMENTED',
-  503: 'SERVICE_UNAVAILABLE',
-  505: 'HTTP_VERSION_NOT_SUPPORTED'
+/** Each status's code (docs/api.md, "Status and error codes"), and its description and example in the document. */
+const STATUSES = {
+  400: ['VALIDATION_FAILED', 'The request breaks a rule: the message names the field or problem',
+    'the request URL is not valid'],
+  401: ['UNAUTHORIZED', 'Missing or invalid API key', 'an API key is required: send Authorization: Bearer <key>'],
+  403: ['FORBIDDEN', 'The API key lacks the scope this operation needs (read keys may only list and get)',
+    'this API key has the read scope; POST needs a key with the write scope'],
+  404: ['NOT_FOUND', 'No such resource', 'no route for GET /v1/nowhere'],
+  405: ['METHOD_NOT_ALLOWED', 'Method not allowed on this path (see Allow)',
+    'DELETE is not allowed on /v1/categories; use GET, POST'],
+  408: ['REQUEST_TIMEOUT', 'The request took too long to arrive', 'the request took too long to arrive'],
+  409: ['IDEMPOTENCY_KEY_IN_USE', 'The same Idempotency-Key is still being processed (see Retry-After)',
+    'a request with this Idempotency-Key is still being processed; retry later'],
+  413: ['PAYLOAD_TOO_LARGE', 'Request body is larger than the limit', 'request body is larger than the limit'],
+  414: ['URI_TOO_LONG', 'The request URL is too long', 'the request URL is too long'],
+  415: ['UNSUPPORTED_MEDIA_TYPE', 'Request body is not application/json, or has a Content-Encoding other than identity',
+    'Content-Type must be application/json'],
+  417: ['EXPECTATION_FAILED', 'The Expect header asks for something other than 100-continue',
+    'the only expectation supported is 100-continue'],
+  422: ['IDEMPOTENCY_KEY_REUSED', 'The Idempotency-Key was used with a different body',
+    'this Idempotency-Key was already used with a different request body'],
+  429: ['RATE_LIMITED', 'Too many requests (see Retry-After and RateLimit)',
+    'too many failed authentication attempts from this address; retry in 42 s'],
+  431: ['HEADERS_TOO_LARGE', 'Request headers are too large', 'request headers are too large'],
+  500: ['INTERNAL_ERROR', 'Unexpected error', 'internal error'],
+  501: ['NOT_IMPLEMENTED', 'Not implemented yet', 'not implemented yet'],
+  503: ['SERVICE_UNAVAILABLE', 'Database unreachable, shutting down or overloaded (see Retry-After)',
+    'the database is unavailable; retry shortly'],
+  505: ['HTTP_VERSION_NOT_SUPPORTED', 'Only HTTP/1.0 and HTTP/1.1 are supported',
+    'only HTTP/1.0 and HTTP/1.1 are supported']
 } as const
 
+type ErrorStatus = keyof typeof STATUSES
+
+export const ErrorCodes = Object.fromEntries(Object.entries(STATUSES).map(([status, [code]]) => [status, code])) as
+  { [S in ErrorStatus]: (typeof STATUSES)[S][0] }
+
 export const MALFORMED_JSON = 'MALFORMED_JSON'
-/** 409 for a value a unique constraint of the table already holds (the resource's own rule). */
-export const CONFLICT = 'CONFLICT'
 
-type ErrorCode = (typeof ErrorCodes)[keyof typeof ErrorCodes] | typeof MALFORMED_JSON | typeof CONFLICT
-type ErrorStatus = keyof typeof ErrorCodes
+// CONFLICT: 409 for a value a unique constraint of the table already holds (the resource's own rule).
+type ErrorCode = (typeof STATUSES)[ErrorStatus][0] | typeof MALFORMED_JSON | 'CONFLICT'
 
-const allCodes: ErrorCode[] = [...new Set<ErrorCode>([...Object.values(ErrorCodes), MALFORMED_JSON, CONFLICT])]
+const allCodes: ErrorCode[] = [...Object.values(STATUSES).map(([code]) => code), MALFORMED_JSON, 'CONFLICT']
 
 export const ErrorSchema = Type.Object({
   code: Type.Unsafe<ErrorCode>({ type: 'string', enum: allCodes, description: 'Machine-readable error code' }),
@@ -56,70 +69,30 @@ export const validationFailed = (message: string): ApiError => new ApiError(400,
 export const malformedJson = (message: string): ApiError => new ApiError(400, MALFORMED_JSON, message)
 export const notFound = (message: string): ApiError => new ApiError(404, 'NOT_FOUND', message)
 export const notImplemented = (message: string): ApiError => new ApiError(501, 'NOT_IMPLEMENTED', message)
-
-/** Retry-After is in seconds; one second is long enough for a pool or a restarting database. */
-export const serviceUnavailable = (message: string, retryAfterSeconds = 1): ApiError =>
-  new ApiError(503, 'SERVICE_UNAVAILABLE', message, { 'retry-after': String(retryAfterSeconds) })
+/** One second is long enough for a pool or a restarting database. */
+export const serviceUnavailable = (message: string): ApiError =>
+  new ApiError(503, 'SERVICE_UNAVAILABLE', message, { 'retry-after': '1' })
 
 /** The body of a status the service did not produce on purpose (framework, plugin, Node). */
 export function errorForStatus (status: number, message: string, headers: Record<string, string> = {}): ApiError {
-  const code = (ErrorCodes as Record<number, ErrorCode>)[status]
-  if (code !== undefined) return new ApiError(status, code, message, headers)
+  if (status in STATUSES) return new ApiError(status, STATUSES[status as ErrorStatus][0], message, headers)
   if (status >= 500) return new ApiError(500, 'INTERNAL_ERROR', 'internal error')
-  return new ApiError(400, 'VALIDATION_FAILED', message)
+  return validationFailed(message)
 }
 
-/** Each status's description in the OpenAPI document, and its example (test/openapi.test.ts compares it live). */
-const RESPONSES: Record<ErrorStatus, [description: string, example: string]> = {
-  400: ['The request breaks a rule: the message names the field or problem', 'the request URL is not valid'],
-  401: ['Missing or invalid API key', 'an API key is required: send Authorization: Bearer <key>'],
-  403: ['The API key lacks the scope this operation needs (read keys may only list and get)',
-    'this API key has the read scope; POST needs a key with the write scope'],
-  404: ['No such resource', 'no route for GET /v1/nowhere'],
-  405: ['Method not allowed on this path (see Allow)', 'DELETE is not allowed on /v1/categories; use GET, POST'],
-  408: ['The request took too long to arrive', 'the request took too long to arrive'],
-  409: ['The same Idempotency-Key is still being processed (see Retry-After)',
-    'a request with this Idempotency-Key is still being processed; retry later'],
-  413: ['Request body is larger than the limit', 'request body is larger than the limit'],
-  414: ['The request URL is too long', 'the request URL is too long'],
-  415: ['Request body is not application/json, or has a Content-Encoding other than identity',
-    'Content-Type must be application/json'],
-  417: ['The Expect header asks for something other than 100-continue',
-    'the only expectation supported is 100-continue'],
-  422: ['The Idempotency-Key was used with a different body',
-    'this Idempotency-Key was already used with a different request body'],
-  429: ['Too many requests (see Retry-After and RateLimit)',
-    'too many failed authentication attempts from this address; retry in 42 s'],
-  431: ['Request headers are too large', 'request headers are too large'],
-  500: ['Unexpected error', 'internal error'],
-  501: ['Not implemented yet', 'not implemented yet'],
-  503: ['Database unreachable, shutting down or overloaded (see Retry-After)',
-    'the database is unavailable; retry shortly'],
-  505: ['Only HTTP/1.0 and HTTP/1.1 are supported', 'only HTTP/1.0 and HTTP/1.1 are supported']
-}
+// A message, or several bodies (a 400 of two codes).
+type ErrorExample = string | Array<[summary: string, code: ErrorCode, message: string]>
 
-interface ErrorResponse {
-  description: string
-  content: {
-    'application/json': {
-      schema: TUnsafe<ErrorBody>
-      example?: ErrorBody
-      examples?: Record<string, { summary: string, value: ErrorBody }>
-    }
-  }
-}
-
-/** An operation's own example for a status: a message, or several bodies (e.g. a 400 of two codes). */
-type ErrorExample = string | Array<{ summary: string, body: ErrorBody }>
-
-export function errorResponses (statuses: ErrorStatus[], examples: Partial<Record<ErrorStatus, ErrorExample>> = {}):
-Record<number, ErrorResponse> {
+export function errorResponses (statuses: ErrorStatus[], examples: Partial<Record<ErrorStatus, ErrorExample>> = {}) {
   return Object.fromEntries(statuses.map(status => {
-    const [description, message] = RESPONSES[status]
+    const [code, description, message] = STATUSES[status]
     const example = examples[status] ?? message
     const shown = typeof example === 'string'
-      ? { example: { code: ErrorCodes[status], message: example, status } }
-      : { examples: Object.fromEntries(example.map(({ summary, body }) => [body.code, { summary, value: body }])) }
+      ? { example: { code, message: example, status } }
+      : {
+          examples: Object.fromEntries(example.map(([summary, code, message]) =>
+            [code, { summary, value: { code, message, status } }]))
+        }
     return [status, { description, content: { 'application/json': { schema: ref(ErrorSchema), ...shown } } }]
   }))
 }

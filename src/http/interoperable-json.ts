@@ -6,8 +6,7 @@
 const MAX_JSON_DEPTH = 32
 
 interface Frame {
-  names: Set<string> | undefined // created at the first member name
-  isObject: boolean
+  names?: Set<string> // an object's member names; an array has none
   expectName: boolean // the next string is a member name
   at: string | number // the current value's member name or index
 }
@@ -16,6 +15,7 @@ const QUOTE = 34
 const BACKSLASH = 92
 // Up to 15 digits, no exponent: always an exactly held safe integer or a plain decimal.
 const SHORT_NUMBER = 15
+const NUMBER = /[-+.0-9eE]+/y
 
 function stringEnd (text: string, from: number): number {
   let quote = text.indexOf('"', from)
@@ -35,11 +35,9 @@ function beyondDouble (token: string): boolean {
   return !(Math.abs(value) <= Number.MAX_SAFE_INTEGER)
 }
 
-function describe (frames: Frame[], last?: string): string {
-  const segments = frames.map(frame => String(frame.at))
-  if (last !== undefined) segments[segments.length - 1] = last
+function describe (frames: Frame[]): string {
   // JSON escapes make control characters and lone surrogates readable; long paths are cut.
-  const path = JSON.stringify(segments.join('.')).slice(1, -1)
+  const path = JSON.stringify(frames.map(frame => frame.at).join('.')).slice(1, -1)
   return path.length > 120 ? `${path.slice(0, 120)}…` : path
 }
 
@@ -47,54 +45,40 @@ function describe (frames: Frame[], last?: string): string {
 export function interoperabilityProblem (text: string): string | undefined {
   const frames: Frame[] = []
   let top: Frame | undefined
-  const length = text.length
-  for (let i = 0; i < length; i++) {
+  for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i)
     if (c === QUOTE) {
       const end = stringEnd(text, i + 1)
       if (top?.expectName === true) {
-        let name = text.slice(i + 1, end)
-        if (name.includes('\\')) {
-          // Names compare as decoded ("n\u0061me" is "name"); only an escape can make a lone surrogate.
-          name = JSON.parse(text.slice(i, end + 1)) as string
-          if (!name.isWellFormed()) {
-            return `request body has a member name with a lone surrogate: '${describe(frames, name)}'`
-          }
-        }
-        if (top.names === undefined) {
-          top.names = new Set()
-        } else if (top.names.has(name)) {
-          return `request body has a duplicate member '${describe(frames, name)}'`
-        }
-        top.names.add(name)
+        const raw = text.slice(i + 1, end)
+        // Names compare as decoded ("n\u0061me" is "name"); only an escape can make a lone surrogate.
+        const name = raw.includes('\\') ? JSON.parse(text.slice(i, end + 1)) as string : raw
         top.at = name
+        if (!name.isWellFormed()) return `request body has a member name with a lone surrogate: '${describe(frames)}'`
+        if (top.names?.has(name) === true) return `request body has a duplicate member '${describe(frames)}'`
+        top.names?.add(name)
         top.expectName = false
       }
       i = end
     } else if (c === 123 || c === 91) { // { [
       if (frames.length === MAX_JSON_DEPTH) return `request body is nested deeper than ${MAX_JSON_DEPTH} levels`
-      top = { names: undefined, isObject: c === 123, expectName: c === 123, at: 0 }
+      top = c === 123 ? { names: new Set(), expectName: true, at: 0 } : { expectName: false, at: 0 }
       frames.push(top)
     } else if (c === 125 || c === 93) { // } ]
       frames.pop()
       top = frames[frames.length - 1]
     } else if (c === 44) { // ,
       if (top === undefined) continue
-      if (top.isObject) top.expectName = true
+      if (top.names !== undefined) top.expectName = true
       else top.at = (top.at as number) + 1
     } else if (c === 45 || (c >= 48 && c <= 57)) { // - 0-9
-      let end = i + 1
-      let exponent = false
-      for (; end < length; end++) {
-        const d = text.charCodeAt(end)
-        if (d === 101 || d === 69) exponent = true // e E
-        else if (!((d >= 48 && d <= 57) || d === 46 || d === 43 || d === 45)) break // 0-9 . + -
-      }
-      if ((exponent || end - i > SHORT_NUMBER) && beyondDouble(text.slice(i, end))) {
+      NUMBER.lastIndex = i
+      const token = (NUMBER.exec(text) as RegExpExecArray)[0]
+      if ((token.length > SHORT_NUMBER || /[eE]/.test(token)) && beyondDouble(token)) {
         const subject = frames.length === 0 ? 'request body' : `'${describe(frames)}'`
         return `${subject} is a number beyond what an IEEE 754 double holds exactly`
       }
-      i = end - 1
+      i += token.length - 1
     }
   }
   return undefined

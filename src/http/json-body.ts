@@ -1,6 +1,5 @@
 import { isUtf8 } from 'node:buffer'
-import type { IncomingHttpHeaders } from 'node:http'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError, errorForStatus, malformedJson, validationFailed } from './errors.js'
 import { interoperabilityProblem } from './interoperable-json.js'
@@ -8,7 +7,7 @@ import { interoperabilityProblem } from './interoperable-json.js'
 const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)"?/i
 
 // Read as bytes: Fastify's own parser turns invalid UTF-8 into U+FFFD silently, where the contract wants a 400.
-function parseJsonBody (headers: IncomingHttpHeaders, body: Buffer): unknown {
+async function parseJsonBody ({ headers }: FastifyRequest, body: Buffer): Promise<unknown> {
   // A body is read as sent: any coding but identity is 415 (RFC 9110 15.5.16).
   const codings = headers['content-encoding']?.split(',').map(coding => coding.trim().toLowerCase()) ?? []
   if (codings.some(coding => coding !== 'identity' && coding !== '')) {
@@ -35,15 +34,7 @@ function parseJsonBody (headers: IncomingHttpHeaders, body: Buffer): unknown {
 }
 
 /** The only body parser: other media types are 415. */
-async function jsonBody (app: FastifyInstance): Promise<void> {
+export default fp(async function jsonBody (app: FastifyInstance): Promise<void> {
   app.removeAllContentTypeParsers()
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body: Buffer, done) => {
-    try {
-      done(null, parseJsonBody(request.headers, body))
-    } catch (err) {
-      done(err as ApiError, undefined)
-    }
-  })
-}
-
-export default fp(jsonBody, { name: 'json-body' })
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, parseJsonBody)
+}, { name: 'json-body' })

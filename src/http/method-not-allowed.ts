@@ -6,25 +6,17 @@ import { ApiError } from './errors.js'
 // OPTIONS is only @fastify/cors's catch-all; CONNECT never reaches the router. HEAD last.
 const CANDIDATES = [...METHODS.filter(m => m !== 'OPTIONS' && m !== 'CONNECT' && m !== 'HEAD'), 'HEAD']
 
-// A known path with another method is 405 with Allow, not 404: in onRequest, after auth, before the body. Only the
-// 404 handler and @fastify/cors's OPTIONS '*' can be one; is404 first, since routeOptions builds an object per call.
-async function methodNotAllowed (app: FastifyInstance): Promise<void> {
+// A known path with another method is 405 with Allow, not 404: after auth (only a valid key learns a path's methods),
+// before the body. Only the 404 handler and @fastify/cors's OPTIONS '*' can be one; is404 first: routeOptions builds
+// an object per call.
+export default fp(async function methodNotAllowed (app: FastifyInstance): Promise<void> {
   app.addHook('onRequest', function methodNotAllowed (request, _reply, done) {
-    if (!request.is404 && (request.method !== 'OPTIONS' || request.routeOptions.url !== '*')) {
-      done()
-      return
+    if (request.is404 || (request.method === 'OPTIONS' && request.routeOptions.url === '*')) {
+      const path = request.url.split('?')[0] ?? ''
+      const allow = CANDIDATES.filter(method => app.findRoute({ method, url: path }) !== null).join(', ')
+      const message = `${request.method} is not allowed on ${path}; use ${allow}`
+      if (allow !== '') return done(new ApiError(405, 'METHOD_NOT_ALLOWED', message, { allow }))
     }
-    const path = request.url.split('?')[0] ?? ''
-    const allowed = CANDIDATES.filter(method => app.findRoute({ method, url: path }) !== null)
-    if (allowed.length === 0) {
-      done()
-      return
-    }
-    const allow = allowed.join(', ')
-    const message = `${request.method} is not allowed on ${path}; use ${allow}`
-    done(new ApiError(405, 'METHOD_NOT_ALLOWED', message, { allow }))
+    done()
   })
-}
-
-// After auth: under /v1 only a valid key learns which methods a path has.
-export default fp(methodNotAllowed, { name: 'method-not-allowed', dependencies: ['auth'] })
+}, { name: 'method-not-allowed', dependencies: ['auth'] })

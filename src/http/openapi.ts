@@ -1,13 +1,11 @@
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import postmanCollection from './petstore.postman_collection.json' with { type: 'json' }
 
 declare module 'fastify' {
-  interface FastifyInstance {
-    describeTag: (name: string, description: string) => void
-  }
+  interface FastifyInstance { describeTag: (name: string, description: string) => void }
 }
 
 // YAML 1.1 tools (PyYAML, Dredd) read the JSON as YAML: they refuse DEL and C1 raw, and take NEL, U+2028, U+2029
@@ -39,39 +37,21 @@ const SERVERS = [
   serverUrl('Staging', 'https://staging.api.petstore.dev')
 ]
 
-const STABILITY: Record<string, string> = {
+const STABILITY = {
   experimental: 'Experimental: may change incompatibly or disappear in any release, without a deprecation period.',
   beta: 'Beta: its shape is settled, but it may still change, with notice in the changelog.'
 }
 
-interface Operation {
-  summary?: string
-  description?: string
-  tags?: string[]
-  security?: unknown
-  'x-stability'?: string
-}
-
-function annotate (operation: Operation): void {
-  const stability = operation['x-stability']
-  const promise = stability === undefined ? undefined : STABILITY[stability]
-  if (promise === undefined) return
-  operation.summary = `${operation.summary ?? ''} (${stability})`
-  operation.description = operation.description === undefined ? promise : `${promise}\n\n${operation.description}`
-}
+// Every operation of ours has a summary and a description.
+interface Operation { summary: string, description: string, security: unknown, 'x-stability'?: keyof typeof STABILITY }
 
 // @fastify/swagger-ui's default, but upgrade-insecure-requests only over https (request.protocol honours
 // TRUST_PROXY): over plain HTTP it would make the browser fetch the page's own scripts over https, and fail.
-function docsContentSecurityPolicy (request: FastifyRequest): string {
-  return [
-    "default-src 'self'", "base-uri 'self'", "font-src 'self' https: data:", "frame-ancestors 'self'",
-    "img-src 'self' data: validator.swagger.io", "object-src 'none'", "script-src 'self'", "script-src-attr 'none'",
-    "style-src 'self' https:",
-    ...request.protocol === 'https' ? ['upgrade-insecure-requests'] : []
-  ].join('; ')
-}
+const DOCS_POLICY = "default-src 'self'; base-uri 'self'; font-src 'self' https: data:; frame-ancestors 'self'; " +
+  "img-src 'self' data: validator.swagger.io; object-src 'none'; script-src 'self'; script-src-attr 'none'; " +
+  "style-src 'self' https:"
 
-async function openapi (app: FastifyInstance): Promise<void> {
+export default fp(async function openapi (app: FastifyInstance): Promise<void> {
   const tagDescriptions = new Map<string, string>()
   app.decorate('describeTag', (name: string, description: string) => { tagDescriptions.set(name, description) })
   await app.register(swagger, {
@@ -96,26 +76,27 @@ async function openapi (app: FastifyInstance): Promise<void> {
     transform: ({ schema, url }) => ({ schema, url: url.replace(/^\/v1(?=\/|$)/, '') }),
     transformObject: (document) => {
       const openapi = 'openapiObject' in document ? document.openapiObject : document.swaggerObject
-      const tags = new Set<string>()
       for (const item of Object.values(openapi.paths ?? {})) {
         for (const operation of Object.values(item as Record<string, Operation>)) {
-          annotate(operation)
+          const stability = operation['x-stability']
+          if (stability !== undefined) {
+            operation.summary = `${operation.summary} (${stability})`
+            operation.description = `${STABILITY[stability]}\n\n${operation.description}`
+          }
           // Every path of the document is under /v1, where auth.ts asks every request for a key.
           operation.security = [{ bearer: [] }]
-          for (const tag of operation.tags ?? []) tags.add(tag)
         }
       }
-      openapi.tags = [...tags].map(name => {
-        const description = tagDescriptions.get(name)
-        return description === undefined ? { name } : { name, description }
-      })
+      // Each tag is its plugin's, described before its routes: in the order of the paths.
+      openapi.tags = [...tagDescriptions].map(([name, description]) => ({ name, description }))
       return openapi
     }
   })
   // Its own scope, so that the hook below only runs for the reference page and its files.
   await app.register(async docs => {
     docs.addHook('onSend', async (request, reply, payload) => {
-      reply.header('content-security-policy', docsContentSecurityPolicy(request))
+      reply.header('content-security-policy',
+        request.protocol === 'https' ? `${DOCS_POLICY}; upgrade-insecure-requests` : DOCS_POLICY)
       if (typeof payload !== 'string') return payload
       const route = request.routeOptions.url
       if (route === '/docs/yaml') return escapeYamlControls(payload)
@@ -132,6 +113,4 @@ async function openapi (app: FastifyInstance): Promise<void> {
   app.get('/docs/petstore.postman_collection.json', { schema: { hide: true } }, async (_request, reply) =>
     reply.type(JSON_TYPE).header('content-disposition', 'attachment; filename="petstore.postman_collection.json"')
       .send(POSTMAN_COLLECTION))
-}
-
-export default fp(openapi, { name: 'openapi', dependencies: ['errors'] })
+}, { name: 'openapi', dependencies: ['errors'] })

@@ -10,14 +10,16 @@ import { requestId } from './lifecycle.js'
 // and CONNECT, never reach Fastify: they get a complete response written to the socket.
 
 const CLOSE = { connection: 'close' }
-const VERSIONS = 'only HTTP/1.0 and HTTP/1.1 are supported'
 const NOT_HTTP = 'the request is not valid HTTP'
-const ONLY_CHUNKED = 'the only transfer coding supported is chunked'
 const REQUEST_LINE_START = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ /
 const REQUEST_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ \S+ HTTP\/\d\.\d\r\n/
 const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[\w\-.~!$&'()*+,;=%]+)(?::\d*)?$/
 const ABSOLUTE_FORM = /^https?:\/\/[^/?#]*/i
 const UNRESERVED = /%(?:[46][1-9A-Fa-f]|[57][0-9Aa]|3[0-9]|2[DEde]|5[Ff]|7[Ee])/g
+// Headers RFC 9110 allows once and the service reads: sent twice, Node keeps one Authorization, Content-Type or Host
+// and joins two Idempotency-Keys or X-Request-Ids, and a proxy in front may pick the other. docs/hardening.md.
+const SINGLETONS = ['Authorization', 'Content-Type', 'Host', 'Idempotency-Key', 'X-Request-Id']
+const SINGLETON_NAMES = SINGLETONS.map(name => name.toLowerCase())
 
 // Fastify's rewriteUrl: absolute-form becomes its path, and unreserved characters are decoded
 // (RFC 3986 6.2.2.2) as the router decodes them, so that checks on the path see what routing sees.
@@ -31,8 +33,7 @@ export function originForm (req: IncomingMessage): string {
   return path.replace(UNRESERVED, hex => String.fromCharCode(parseInt(hex.slice(1), 16))) + target.slice(path.length)
 }
 
-const badFraming = (message: string): ApiError => new ApiError(400, 'VALIDATION_FAILED', message, CLOSE)
-const unsupportedVersion = (): ApiError => errorForStatus(505, VERSIONS, CLOSE)
+const unsupportedVersion = (): ApiError => errorForStatus(505, 'only HTTP/1.0 and HTTP/1.1 are supported', CLOSE)
 
 export function protocolError (req: IncomingMessage): ApiError | undefined {
   if (req.httpVersionMajor !== 1) return unsupportedVersion()
@@ -43,9 +44,9 @@ export function protocolError (req: IncomingMessage): ApiError | undefined {
   }
   if (transferEncoding !== undefined) {
     const codings = transferEncoding.toLowerCase().split(',').map(coding => coding.trim())
-    if (req.httpVersionMinor === 0) return badFraming('Transfer-Encoding is not allowed in HTTP/1.0')
-    if (codings.at(-1) !== 'chunked') return badFraming('Transfer-Encoding must end with chunked')
-    if (codings.length > 1) return new ApiError(501, 'NOT_IMPLEMENTED', ONLY_CHUNKED, CLOSE)
+    if (req.httpVersionMinor === 0) return errorForStatus(400, 'Transfer-Encoding is not allowed in HTTP/1.0', CLOSE)
+    if (codings.at(-1) !== 'chunked') return errorForStatus(400, 'Transfer-Encoding must end with chunked', CLOSE)
+    if (codings.length > 1) return errorForStatus(501, 'the only transfer coding supported is chunked', CLOSE)
   }
   if (expect?.split(',').some(member => member.trim().toLowerCase() !== '100-continue') === true) {
     return errorForStatus(417, 'the only expectation supported is 100-continue')
@@ -54,6 +55,20 @@ export function protocolError (req: IncomingMessage): ApiError | undefined {
     return req.method === 'OPTIONS' && req.url === '*'
       ? new ApiError(405, 'METHOD_NOT_ALLOWED', 'OPTIONS * is not supported: send requests to a path', { allow: '' })
       : validationFailed('the request target must be a path')
+  }
+  return undefined
+}
+
+function repeatedSingleton (rawHeaders: string[]): ApiError | undefined {
+  let seen = 0 // bit j: SINGLETON_NAMES[j] was sent
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const raw = rawHeaders[i] as string
+    // Every request pays for this loop: most names are ruled out by their length, without lowercasing.
+    if (raw.length !== 4 && raw.length !== 12 && raw.length !== 13 && raw.length !== 15) continue
+    const j = SINGLETON_NAMES.indexOf(raw.toLowerCase())
+    if (j === -1) continue
+    if ((seen & (1 << j)) !== 0) return validationFailed(`the ${SINGLETONS[j]} header must be sent once`)
+    seen |= 1 << j
   }
   return undefined
 }
@@ -77,6 +92,7 @@ function lineAtError (err: ClientError): string {
 }
 
 function clientError (err: ClientError): ApiError {
+  const requestLine = REQUEST_LINE.test(lineAtError(err))
   switch (err.code) {
     case 'ERR_HTTP_REQUEST_TIMEOUT':
       return errorForStatus(408, 'the request took too long to arrive')
@@ -86,11 +102,9 @@ function clientError (err: ClientError): ApiError {
         ? errorForStatus(414, 'the request URL is too long')
         : errorForStatus(431, 'request headers are too large')
     case 'HPE_INVALID_METHOD':
-      return REQUEST_LINE.test(lineAtError(err))
-        ? errorForStatus(501, 'the request method is not implemented')
-        : validationFailed(NOT_HTTP)
+      return requestLine ? errorForStatus(501, 'the request method is not implemented') : validationFailed(NOT_HTTP)
     case 'HPE_INVALID_VERSION':
-      return REQUEST_LINE.test(lineAtError(err)) ? unsupportedVersion() : validationFailed(NOT_HTTP)
+      return requestLine ? unsupportedVersion() : validationFailed(NOT_HTTP)
     case 'HPE_PAUSED_H2_UPGRADE':
       return unsupportedVersion()
     default:
@@ -107,16 +121,13 @@ export function clientErrorHandler (err: ClientError, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed || refused.has(socket)) return
   refused.add(socket)
   const res = answering.get(socket)
-  const error = clientError(err)
-  const afterIt = (then: () => void): void => {
-    if (res === undefined || res.writableFinished) then()
-    else res.once('close', then)
-  }
-  // A bad body after its request was answered (a 401 before the body is read): close, no second answer.
-  if (res !== undefined && !res.req.complete && res.headersSent) afterIt(() => socket.destroy())
-  // The next request in the pipeline is bad: its answer follows the one before.
-  else if (res?.req.complete === true) afterIt(() => { writeRawError(socket, error) })
-  else writeRawError(socket, error)
+  const answer = (): void => { writeRawError(socket, clientError(err)) }
+  if (res === undefined || (!res.req.complete && !res.headersSent)) return answer()
+  // The next request in the pipeline is bad: its answer follows the one before. A bad body after its request
+  // was answered (a 401 before the body is read): close, no second answer.
+  const then = res.req.complete ? answer : () => socket.destroy()
+  if (res.writableFinished) then()
+  else res.once('close', then)
 }
 
 // Node's own answers, in our shape: `route` serves a request whose expectation Node would refuse bare.
@@ -133,12 +144,11 @@ export function answerServerEvents (server: Server, route: (req: IncomingMessage
   })
 }
 
-async function protocol (app: FastifyInstance): Promise<void> {
-  answerServerEvents(app.server, (req, res) => { app.routing(req, res) })
-  app.addHook('onRequest', function httpRules (request, _reply, done) {
-    done(protocolError(request.raw))
-  })
-}
-
 // After CORS: a page can read these answers too.
-export default fp(protocol, { name: 'protocol', dependencies: ['cors'] })
+export default fp(async function protocol (app: FastifyInstance): Promise<void> {
+  answerServerEvents(app.server, (req, res) => { app.routing(req, res) })
+  // Repeated headers before the failed-authentication limit: their 400 is the same whatever the keys are.
+  app.addHook('onRequest', function httpRules (request, _reply, done) {
+    done(protocolError(request.raw) ?? repeatedSingleton(request.raw.rawHeaders))
+  })
+}, { name: 'protocol', dependencies: ['cors'] })

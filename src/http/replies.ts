@@ -5,7 +5,7 @@ import type { Collection } from '../machinery/collection.js'
 import type { ListSerializer } from '../machinery/list-cache.js'
 import { encodedTag } from '../machinery/list-compression.js'
 import type { AuthenticatedKey } from './api-keys.js'
-import { addVary, negotiateEncoding } from './content-coding.js'
+import { negotiateEncoding } from './content-coding.js'
 import { notFound } from './errors.js'
 
 const JSON_TYPE = 'application/json; charset=utf-8'
@@ -17,10 +17,7 @@ const opaque = (tag: string): string => tag.startsWith('W/') ? tag.slice(2) : ta
 
 /** If-None-Match (RFC 9110 13.1.2): `*`, or a list of tags compared weakly. */
 export function ifNoneMatchHits (header: string | undefined, etag: string): boolean {
-  if (header === undefined) return false
-  if (header === etag || header.trim() === '*') return true
-  const wanted = opaque(etag)
-  return header.split(',').some(part => opaque(part.trim()) === wanted)
+  return header?.trim() === '*' || header?.split(',').some(part => opaque(part.trim()) === opaque(etag)) === true
 }
 
 /** From the resource's cache, serialized by the route's own compiled 200 schema. */
@@ -31,7 +28,9 @@ export function listHandler<New extends object, T extends Row> (resource: Collec
     const accepted = request.headers['accept-encoding']
     const encoding = list.length >= COMPRESS_MIN_BYTES ? negotiateEncoding(accepted) : undefined
     const etag = encoding === undefined ? list.etag : encodedTag(list.etag, encoding)
-    addVary(reply, 'Accept-Encoding')
+    // Vary holds at most CORS's Origin here.
+    const vary = reply.getHeader('vary')
+    reply.header('vary', vary === undefined ? 'Accept-Encoding' : `${String(vary)}, Accept-Encoding`)
     reply.header('cache-control', 'no-cache').header('etag', etag)
     if (ifNoneMatchHits(request.headers['if-none-match'], etag)) {
       await reply.code(304).send()
@@ -55,11 +54,10 @@ export function createHandler<New extends object, T extends Row> (resource: Coll
       return
     }
     const serialize = reply.getSerializationFunction('201') as unknown as (row: T) => string
-    const outcome = await resource.createIdempotent((request.apiKey as AuthenticatedKey).digest, key, input,
+    const { kind, response } = await resource.createIdempotent((request.apiKey as AuthenticatedKey).digest, key, input,
       row => ({ status: 201, body: serialize(row), location: `${path}/${row.id}` }))
-    const { response } = outcome
     if (response.location !== null) reply.header('location', response.location)
-    if (outcome.kind === 'replay') reply.header('idempotent-replayed', 'true')
+    if (kind === 'replay') reply.header('idempotent-replayed', 'true')
     reply.code(response.status).header('content-type', JSON_TYPE).send(response.body)
   }
 }

@@ -3,19 +3,17 @@ import fp from 'fastify-plugin'
 import { Type, type TObject, type TProperties } from 'typebox'
 import { columnsOf, type Row } from '../db/table.js'
 import { MALFORMED_JSON, errorResponses } from './errors.js'
-import { Int64IdParams, int64IdValidatorCompiler } from './int64-id.js'
+import { INVALID_ID, Int64IdParams, int64IdValidatorCompiler } from './int64-id.js'
 import { createHandler, getHandler, listHandler } from './replies.js'
 import { IdempotencyKeyHeaders, Int64Id, NotModified, ref } from './schemas.js'
 
 type Operation = 'list' | 'create' | 'get'
 
-/** A resource: everything its three operations need follows from these. */
 export interface Resource<P extends TProperties> {
   /** The table, the path (/v1/<name>) and the tag: lower case, plural. */
   name: string
   singular: string
-  /** The tag's description. */
-  description: string
+  description: string // the tag's
   /** The create body, with an $id (NewCategory); its members are the table's columns. */
   create: TObject<P>
   /** withId(create, 'Category') */
@@ -38,15 +36,10 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
   const itemName = idOf(item)
   const required = (create as { required?: string[] }).required?.[0] ?? ''
   const missing = `request body is missing the required member '${required}'`
-  const schema = (operation: Operation, operationId: string, summary: string, description: string): object => ({
-    operationId,
-    summary,
-    description,
-    tags: [name],
-    ...(stability[operation] === undefined ? {} : { 'x-stability': stability[operation] })
-  })
+  const schema = (operation: Operation, operationId: string, summary: string, description: string): object =>
+    ({ operationId, summary, description, tags: [name], 'x-stability': stability[operation] })
 
-  async function plugin (app: FastifyInstance): Promise<void> {
+  return fp(async function plugin (app: FastifyInstance): Promise<void> {
     app.addSchema(create)
     app.addSchema(item)
     app.describeTag(name, declared.description)
@@ -78,16 +71,8 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
         response: {
           201: ref(item, { description: `Created and committed: the stored ${singular}; Location is its URL` }),
           ...errorResponses([400, 401, 403, 409, 413, 415, 422, 429, 500, 503], {
-            400: [
-              {
-                summary: `A rule of ${idOf(create)} is broken`,
-                body: { code: 'VALIDATION_FAILED', message: missing, status: 400 }
-              },
-              {
-                summary: 'The body is not JSON',
-                body: { code: MALFORMED_JSON, message: 'request body is not valid JSON', status: 400 }
-              }
-            ]
+            400: [[`A rule of ${idOf(create)} is broken`, 'VALIDATION_FAILED', missing],
+              ['The body is not JSON', MALFORMED_JSON, 'request body is not valid JSON']]
           })
         }
       }
@@ -99,15 +84,10 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
         params: Int64IdParams,
         response: {
           200: ref(item, { description: `The ${singular} with this id` }),
-          ...errorResponses([400, 401, 404, 429, 500, 503], {
-            400: "'id' must be a decimal integer from 1 to 9223372036854775807",
-            404: `no ${singular} with id 42`
-          })
+          ...errorResponses([400, 401, 404, 429, 500, 503], { 400: INVALID_ID, 404: `no ${singular} with id 42` })
         }
       },
       validatorCompiler: int64IdValidatorCompiler(app)
     }, getHandler(collection, singular))
-  }
-
-  return fp(plugin, { name, dependencies: ['data', 'openapi'] })
+  }, { name, dependencies: ['data', 'openapi'] })
 }

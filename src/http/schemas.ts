@@ -1,10 +1,8 @@
 import { Type, type Static, type TSchema, type TUnsafe } from 'typebox'
 import { IDEMPOTENCY_KEY_PATTERN } from '../shared/text-rules.js'
 
-/**
- * A reference to a schema registered with `app.addSchema`: the OpenAPI document shows it once under components,
- * and the handler types still come from the schema itself. A description describes the use (a response, a body).
- */
+// A schema registered with `app.addSchema`, by reference: the document shows it once under components, the handler
+// types still come from the schema. A description describes the use (a response, a body).
 export function ref<T extends TSchema & { $id?: string }> (schema: T, options: { description?: string } = {}):
 TUnsafe<Static<T>> {
   if (schema.$id === undefined) throw new Error('ref() needs a schema with an $id')

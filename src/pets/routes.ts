@@ -4,7 +4,7 @@ import fp from 'fastify-plugin'
 import { errorResponses, notImplemented } from '../http/errors.js'
 
 /** Placeholder required by the contract: the operation exists, is deprecated, and answers 501. */
-async function pets (app: FastifyInstance, options: { sunset: string | undefined }): Promise<void> {
+export default fp(async function pets (app: FastifyInstance, options: { sunset: string | undefined }): Promise<void> {
   app.describeTag('pets', 'Pets (not implemented yet)')
   app.get('/v1/pets/:petId', {
     schema: {
@@ -23,6 +23,4 @@ async function pets (app: FastifyInstance, options: { sunset: string | undefined
     if (options.sunset !== undefined) reply.header('sunset', options.sunset)
     throw notImplemented('getPet is not implemented yet')
   })
-}
-
-export default fp(pets, { name: 'pets', dependencies: ['openapi'] })
+}, { name: 'pets', dependencies: ['openapi'] })

@@ -11,19 +11,14 @@ const WHITESPACE = ' \u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000\uFE
 
 export const NAME_PATTERN = `^[^${CONTROLS}]*[^${CONTROLS}${WHITESPACE}][^${CONTROLS}]*$`
 export const DESCRIPTION_PATTERN = `^[^${DESCRIPTION_CONTROLS}]*$`
-/** A canonical decimal id (no sign, no leading zero); the upper bound 2^63-1 is checked as a BigInt. */
-export const ID_PATTERN = '^[1-9][0-9]{0,18}$'
-export const MAX_ID = 9223372036854775807n
 export const IDEMPOTENCY_KEY_PATTERN = '^[!-~]+$'
 
 /** Said in every text field's description: the rule the patterns leave to the server. */
 export const NO_LONE_SURROGATES = 'No lone surrogates (a UTF-16 surrogate code unit outside a valid pair, which only ' +
   'a \\u escape in JSON can make): the server refuses them with 400, a pattern cannot say it portably.'
 
-/**
- * Ajv's regExp engine (app.ts): a lone surrogate fails the pattern keyword itself, so its 400 names the field's
- * rule like any other failed pattern. PostgreSQL would store it as U+FFFD.
- */
+// Ajv's regExp engine (app.ts): a lone surrogate, which PostgreSQL would store as U+FFFD, fails the pattern keyword
+// itself, so its 400 names the field's rule like any other failed pattern.
 export const wellFormedPattern = Object.assign((pattern: string, flags: string) => {
   const regExp = new RegExp(pattern, flags)
   // Ajv keys its compiled patterns by toString(): without this, every pattern would share the first one's key.
@@ -35,6 +30,5 @@ export const patternRules: Readonly<Record<string, string>> = {
     'lone surrogates',
   [DESCRIPTION_PATTERN]: 'must not contain NUL, lone surrogates or control characters other than tab, line feed ' +
     'and carriage return',
-  [ID_PATTERN]: 'must be a decimal integer from 1 to 9223372036854775807',
   [IDEMPOTENCY_KEY_PATTERN]: 'must be 1 to 255 visible ASCII characters'
 }

@@ -3,7 +3,7 @@ import fp from 'fastify-plugin'
 import { errorResponses, notImplemented } from '../http/errors.js'
 
 /** Placeholder required by the contract: the operation exists and answers 501. */
-async function store (app: FastifyInstance): Promise<void> {
+export default fp(async function store (app: FastifyInstance): Promise<void> {
   app.describeTag('store', 'Store orders (not implemented yet)')
   app.get('/v1/store/orders', {
     schema: {
@@ -17,6 +17,4 @@ async function store (app: FastifyInstance): Promise<void> {
   }, async () => {
     throw notImplemented('listOrders is not implemented yet')
   })
-}
-
-export default fp(store, { name: 'store', dependencies: ['openapi'] })
+}, { name: 'store', dependencies: ['openapi'] })
