@@ -46,8 +46,7 @@ const settings = {
 const HOOK_PARTS: Array<[string, RegExp]> = [
   ['Fastify: the hook runner continues', /^JS:\W?(next|hookIterator|onResponseHookIterator|onResponseCallback|runPreParsing|handleRequest|preHandlerCallback|wrapOnSendEnd) .*fastify\/lib\//],
   ['Fastify: sending and writing the response', /^JS:\W?(Reply\.send|onSendEnd) /],
-  ['onRequest httpRules (protocol.ts)', /^JS:\W?httpRules /],
-  ['onRequest refuseRepeatedHeaders (singleton-headers.ts)', /^JS:\W?refuseRepeatedHeaders /],
+  ['onRequest httpRules (protocol.ts: HTTP/1.1 rules, repeated headers)', /^JS:\W?(httpRules|repeatedSingleton) /],
   ['onRequest access (auth.ts: bearer-auth, SHA-256, limits)', /^JS:\W?access .*dist\/http\/auth\.js/],
   ['onRequest methodNotAllowed (method-not-allowed.ts)', /^JS:\W?methodNotAllowed /],
   ['onSend responseHeaders (lifecycle.ts)', /^JS:\W?responseHeaders /],
