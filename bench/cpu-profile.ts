@@ -24,6 +24,7 @@ export const RULES: Rule[] = [
   { label: 'request id (x-request-id, randomUUID)', matches: f => named('randomUUID', 'requestId', 'setRequestIdHeader')(f) || inUrl('internal/crypto/random')(f) },
   { label: 'access hook: key check (src/http/auth.ts)', matches: inUrl('/http/auth.', '@fastify/bearer-auth') },
   { label: 'access hook: rate limits (src/http/rate-limit.ts, @fastify/rate-limit)', matches: inUrl('/http/rate-limit.', '@fastify/rate-limit', 'toad-cache') },
+  { label: 'HTTP/1.1 rules and the repeated-header check (src/http/protocol.ts)', matches: inUrl('/http/protocol.') },
   { label: 'POST body: JSON parse and I-JSON scan (src/http/json-body.ts, interoperable-json.ts)', matches: f => inUrl('/http/json-body.', '/http/interoperable-json.')(f) || (named('parse')(f) && f.url === '') },
   { label: 'POST body: schema validation (Ajv)', matches: f => f.functionName === 'validate' || inUrl('fastify/lib/validation.js', '/ajv/')(f) },
   { label: 'POST: group commit and its INSERT (src/machinery create-batcher, idempotency; src/categories repository)', matches: inUrl('/machinery/create-batcher.', '/machinery/idempotency.', '/categories/repository.') },
