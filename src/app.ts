@@ -42,7 +42,7 @@ export async function buildApp (
           ({ method: req.method, url: req.url.split('?')[0], remoteAddress: req.ip, apiKeyId: req.apiKey?.id })
       }
     },
-    // One log line per request (lifecycle.ts's onResponse hook) instead of Fastify's two.
+    // One log line per request (metrics.ts's onResponse hook) instead of Fastify's two.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
     genReqId: requestId,
     trustProxy: config.trustProxy,

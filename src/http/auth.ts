@@ -58,10 +58,7 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
   const verify = app.verifyBearerAuth
   if (verify === undefined) throw new Error('@fastify/bearer-auth did not decorate verifyBearerAuth')
   app.addHook('onRequest', function access (request, reply, done) {
-    if (!isProtectedPath(request.url)) {
-      done()
-      return
-    }
+    if (!isProtectedPath(request.url)) return done()
     verify(request, reply, (err?: Error) => {
       if (err !== undefined || request.apiKey === null) {
         request.apiKey = null

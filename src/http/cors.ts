@@ -24,10 +24,9 @@ export default fp(async function corsOrigins (app: FastifyInstance, { origins }:
   // Access-Control-Allow-*, so the browser blocks the page's request.
   app.addHook('onRequest', function refusedPreflight (request, reply, done) {
     const { method, headers: h } = request
-    if (method === 'OPTIONS' && h.origin !== undefined && h['access-control-request-method'] !== undefined) {
-      reply.code(204).header('content-length', '0').send()
-    } else {
-      done()
+    if (method !== 'OPTIONS' || h.origin === undefined || h['access-control-request-method'] === undefined) {
+      return done()
     }
+    reply.code(204).header('content-length', '0').send()
   })
 }, { name: 'cors' })

@@ -11,8 +11,6 @@ interface Frame {
   at: string | number // the current value's member name or index
 }
 
-const QUOTE = 34
-const BACKSLASH = 92
 // Up to 15 digits, no exponent: always an exactly held safe integer or a plain decimal.
 const SHORT_NUMBER = 15
 const NUMBER = /[-+.0-9eE]+/y
@@ -21,7 +19,7 @@ function stringEnd (text: string, from: number): number {
   let quote = text.indexOf('"', from)
   for (;;) {
     let backslashes = 0
-    while (text.charCodeAt(quote - 1 - backslashes) === BACKSLASH) backslashes++
+    while (text.charCodeAt(quote - 1 - backslashes) === 92) backslashes++ // \\
     if (backslashes % 2 === 0) return quote
     quote = text.indexOf('"', quote + 1)
   }
@@ -47,7 +45,7 @@ export function interoperabilityProblem (text: string): string | undefined {
   let top: Frame | undefined
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i)
-    if (c === QUOTE) {
+    if (c === 34) { // "
       const end = stringEnd(text, i + 1)
       if (top?.expectName === true) {
         const raw = text.slice(i + 1, end)

@@ -1,3 +1,4 @@
+import { once } from 'node:events'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
@@ -74,9 +75,6 @@ Promise<Server | undefined> {
   const server = createServer({ requireHostHeader: false }, serve)
   server.on('clientError', clientErrorHandler)
   answerServerEvents(server, serve)
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(options.port, options.host, resolve)
-  })
+  await once(server.listen(options.port, options.host), 'listening')
   return server
 }
