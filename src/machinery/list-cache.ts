@@ -105,6 +105,7 @@ export class ListCache<T extends Row> {
   private building: { generation: number, promise: Promise<Entry> } | undefined
   /** The changes announced so far, applied one after another: a read waits for those before it. */
   private changes: Promise<void> = Promise.resolve()
+  private unapplied = 0 // a read with none to wait for answers without a turn of the microtask queue
   /** Notifications whose rows the list already had (the echoes of this instance's own creates). */
   private echoes = 0
   /** This instance's creates under way: a notification can arrive before the create's own answer does. */
@@ -151,7 +152,8 @@ export class ListCache<T extends Row> {
     let entry: Entry | undefined
     if (this.feed.listening) {
       // A refresh serves a snapshot taken after this read began, even if a change overtook it (then not kept).
-      entry = source === 'refresh' ? await this.build() : await this.changes.then(() => this.entry)
+      if (source === 'refresh') entry = await this.build()
+      else entry = this.unapplied === 0 ? this.entry : await this.changes.then(() => this.entry)
     }
     // Deaf, or dropped meanwhile (a change the cache could not apply): the database answers this one.
     if (entry === undefined) {
@@ -159,6 +161,7 @@ export class ListCache<T extends Row> {
       return await bodyOf(await this.snapshot())
     }
     this.reads[source === 'cache' && entry.body === undefined ? 'appended' : source]++
+    if (entry.body !== undefined) return entry.body
     entry.pending ??= bodyOf(entry)
     return await entry.pending
   }
@@ -193,13 +196,14 @@ export class ListCache<T extends Row> {
     const building = this.building?.promise
     if (this.entry === undefined && building === undefined) return // nothing cached: the next build reads it
     const generation = this.generation
+    this.unapplied++
     this.changes = this.changes.then(async () => {
       await building
       if (generation === this.generation && this.entry !== undefined) await change(generation)
     }).catch(() => {
       // The database could not say what changed: nobody may be served a list without it.
       if (generation === this.generation) this.invalidate()
-    })
+    }).finally(() => { this.unapplied-- })
   }
 
   private async reread (keys: bigint[], generation: number): Promise<void> {
