@@ -16,9 +16,7 @@ declare module 'fastify' {
     /** The key that authenticated this request (its id, scope and SHA-256, never the key); null outside /v1. */
     apiKey: AuthenticatedKey | null
   }
-  interface FastifyInstance {
-    apiKeys: ApiKeyStore
-  }
+  interface FastifyInstance { apiKeys: ApiKeyStore }
 }
 
 function unauthorized (request: FastifyRequest): ApiError {

@@ -4,9 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 
 declare module 'fastify' {
-  interface FastifyInstance {
-    lifecycle: { shuttingDown: boolean } // server.ts flips it on SIGTERM
-  }
+  interface FastifyInstance { lifecycle: { shuttingDown: boolean } } // server.ts flips it on SIGTERM
 }
 
 // A balancer's request id is kept when it is sane: it goes into logs and a header.

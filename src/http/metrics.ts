@@ -8,9 +8,7 @@ import { ApiError, errorForStatus, notFound } from './errors.js'
 import { answerServerEvents, clientErrorHandler, originForm, protocolError } from './protocol.js'
 
 declare module 'fastify' {
-  interface FastifyInstance {
-    metrics: Registry
-  }
+  interface FastifyInstance { metrics: Registry }
 }
 
 // Labelled by route pattern, never the raw URL. One access line per request, with the key's id: who asked what.
