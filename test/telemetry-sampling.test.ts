@@ -1,6 +1,6 @@
-import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace'
+import type { ReadableSpan } from '@opentelemetry/sdk-trace'
 import t from 'tap'
-import { startTelemetry } from '../src/telemetry.js'
+import { traceInMemory } from './helpers/tracing.js'
 
 /*
  * Sampling, as production runs it (parentbased_traceidratio): the decision made for the server span
@@ -11,9 +11,7 @@ import { startTelemetry } from '../src/telemetry.js'
 
 process.env.OTEL_TRACES_SAMPLER = 'parentbased_traceidratio'
 process.env.OTEL_TRACES_SAMPLER_ARG = '0.5'
-const exporter = new InMemorySpanExporter()
-const telemetry = await startTelemetry({ spanProcessors: [new SimpleSpanProcessor({ exporter })] })
-t.teardown(async () => { await telemetry.shutdown() })
+const exporter = await traceInMemory(t)
 const { AUTH, json, listeningApp } = await import('./helpers/app.js')
 const { testDatabase } = await import('./helpers/database.js')
 

@@ -1,6 +1,7 @@
-import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace'
+import type { ReadableSpan } from '@opentelemetry/sdk-trace'
 import t from 'tap'
-import { startTelemetry, telemetryWanted } from '../src/telemetry.js'
+import { telemetryWanted } from '../src/telemetry.js'
+import { traceInMemory } from './helpers/tracing.js'
 
 /*
  * Tracing, with the SDK's in-memory exporter in place of OTLP (test/telemetry-otlp.test.ts
@@ -10,9 +11,7 @@ import { startTelemetry, telemetryWanted } from '../src/telemetry.js'
  * log line names the same trace.
  */
 
-const exporter = new InMemorySpanExporter()
-const telemetry = await startTelemetry({ spanProcessors: [new SimpleSpanProcessor({ exporter })] })
-t.teardown(async () => { await telemetry.shutdown() })
+const exporter = await traceInMemory(t)
 const { AUTH, json, listeningApp } = await import('./helpers/app.js')
 const { testDatabase } = await import('./helpers/database.js')
 

@@ -1,6 +1,5 @@
-import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace'
 import t from 'tap'
-import { startTelemetry } from '../../src/telemetry.js'
+import { traceInMemory } from '../helpers/tracing.js'
 
 /*
  * With REDIS_URL and tracing on, the rate limits' Redis commands are spans of the
@@ -8,9 +7,7 @@ import { startTelemetry } from '../../src/telemetry.js'
  * keys, which name client addresses) stay out.
  */
 
-const exporter = new InMemorySpanExporter()
-const telemetry = await startTelemetry({ spanProcessors: [new SimpleSpanProcessor({ exporter })] })
-t.teardown(async () => { await telemetry.shutdown() })
+const exporter = await traceInMemory(t)
 const { AUTH, listeningApp } = await import('../helpers/app.js')
 const { testDatabase } = await import('../helpers/database.js')
 const { testRedis } = await import('../helpers/redis.js')
