@@ -17,8 +17,10 @@ const HEX = Buffer.from('0123456789abcdef')
  * objects, no strings. PostgreSQL sends valid UTF-8, so JSON.stringify's escaping is per byte.
  */
 export class JsonCopyWriter {
-  private readonly members: Array<{ prefix: Buffer, type: string }>
+  private readonly members: Array<{ prefix: string, type: string }>
   private out = Buffer.allocUnsafe(1 << 20)
+  private outView = viewOf(this.out)
+  private input: { data: Buffer, view: DataView } | undefined
   private length = 0
   private readonly ids = new BigInt64Array(1024)
   private readonly idBytes = new Uint8Array(this.ids.buffer)
@@ -28,7 +30,7 @@ export class JsonCopyWriter {
 
   constructor (columns: Record<string, string>, private readonly size: number,
     private readonly onSegment: (segment: JsonSegment) => void) {
-    this.members = Object.entries(columns).map(([name, type]) => ({ prefix: Buffer.from(`,"${name}":`), type }))
+    this.members = Object.entries(columns).map(([name, type]) => ({ prefix: `,"${name}":`, type }))
     if (size > 1024 || 2 ** 32 % size !== 0) throw new Error('a segment size is a power of two up to 1024')
   }
 
@@ -98,6 +100,7 @@ export class JsonCopyWriter {
     // Escaping makes at most six bytes of one.
     if (this.length + 64 + 6 * bytes + 32 * this.members.length > this.out.length) {
       this.out = Buffer.concat([this.out.subarray(0, this.length)], 2 * this.out.length + 6 * bytes)
+      this.outView = viewOf(this.out)
     }
     this.ascii('{"id":')
     this.ascii(hi >= 0 && hi < 2 ** 21 ? String(hi * 2 ** 32 + lo) : data.readBigInt64BE(at + 4).toString())
@@ -106,7 +109,7 @@ export class JsonCopyWriter {
       const length = data.readInt32BE(field)
       field += 4
       if (length === -1) continue
-      this.length += prefix.copy(this.out, this.length)
+      this.ascii(prefix) // not Buffer#copy: a call that costs more than these few bytes
       if (type === 'text') this.text(data, field, field + length)
       else if (type === 'boolean') this.ascii(data[field] === 0 ? 'false' : 'true')
       else if (type === 'bigint') this.ascii(data.readBigInt64BE(field).toString())
@@ -121,24 +124,38 @@ export class JsonCopyWriter {
   }
 
   private text (data: Buffer, from: number, to: number): void {
+    if (this.input?.data !== data) this.input = { data, view: viewOf(data) }
+    const { view } = this.input
     const out = this.out
     let j = this.length
     out[j++] = 34
-    for (let i = from; i < to; i++) {
-      const byte = data[i] as number
-      if (byte >= 32 && byte !== 34 && byte !== 92) {
-        out[j++] = byte
-      } else if (ESCAPES[byte] !== 0) {
-        out[j++] = 92
-        out[j++] = ESCAPES[byte] as number
+    for (let i = from; i < to;) {
+      // Four bytes at once when none needs escaping: a byte below 0x20, 0x22 or 0x5c sets its high bit in one of these
+      // differences while its own high bit is clear (Bit Twiddling Hacks, "a word has a byte less than n").
+      const x = i + 4 <= to ? view.getUint32(i, true) : 0
+      const escapes = ((x - 0x20202020) | ((x ^ 0x22222222) - 0x01010101) | ((x ^ 0x5c5c5c5c) - 0x01010101)) & ~x
+      if ((escapes & 0x80808080) !== 0) {
+        const byte = data[i++] as number
+        if (byte >= 32 && byte !== 34 && byte !== 92) {
+          out[j++] = byte
+        } else if (ESCAPES[byte] !== 0) {
+          out[j++] = 92
+          out[j++] = ESCAPES[byte] as number
+        } else {
+          j += out.write(`\\u00${String.fromCharCode(HEX[byte >> 4] as number, HEX[byte & 15] as number)}`, j, 'latin1')
+        }
       } else {
-        j += out.write(`\\u00${String.fromCharCode(HEX[byte >> 4] as number, HEX[byte & 15] as number)}`, j, 'latin1')
+        this.outView.setUint32(j, x, true)
+        j += 4
+        i += 4
       }
     }
     out[j++] = 34
     this.length = j
   }
 }
+
+const viewOf = (bytes: Buffer): DataView => new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
 
 // fast-json-stringify's asNumber: NaN has no JSON, an infinity is written as null.
 function asNumber (value: number): string {
