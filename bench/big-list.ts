@@ -17,10 +17,12 @@ import { Worker } from 'node:worker_threads'
 import pg from 'pg'
 import { to as copyTo } from 'pg-copy-streams'
 import { watchPeakRss } from './proc-stats.js'
-import { AUTH, numberFromEnv, runToExit, seedLongRows, startPostgres, startServer } from './servers.js'
+import { AUTH, numberFromEnv, runToExit, seedLongRows, startPostgres, startServer, type ServerKind } from './servers.js'
 
 const ROWS = numberFromEnv('BIG_ROWS', 1_000_000)
 const ROUNDS = numberFromEnv('BIG_ROUNDS', 5)
+// baseline: the build in BENCH_BASELINE_DIR, for before and after on the same machine
+const SERVER = (process.env.BIG_SERVER ?? 'service') as ServerKind
 const runId = Date.now().toString(36)
 const log = (message: string): void => { process.stderr.write(`[big-list ${new Date().toISOString().slice(11, 19)}] ${message}\n`) }
 
@@ -99,7 +101,7 @@ async function main (): Promise<void> {
     const databaseUrl = await postgres.createDatabase(`big_${runId}`)
     // BIG_CPU_PROF=<dir>: the service writes a V8 CPU profile there when it stops (bench/cpu-profile.ts reads it).
     const nodeArgs = process.env.BIG_CPU_PROF === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${process.env.BIG_CPU_PROF}`]
-    const server = await startServer('service', { databaseUrl, logLevel: 'info', workDir: postgres.workDir, label: 'big-service', nodeArgs })
+    const server = await startServer(SERVER, { databaseUrl, logLevel: 'info', workDir: postgres.workDir, label: 'big-service', nodeArgs })
     const list = `${server.url}/v1/categories`
     let probe: ReturnType<typeof startProbe> | undefined
     try {
