@@ -12,12 +12,10 @@ import { once } from 'node:events'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { performance } from 'node:perf_hooks'
-import { finished } from 'node:stream/promises'
 import { Worker } from 'node:worker_threads'
 import pg from 'pg'
-import { to as copyTo } from 'pg-copy-streams'
 import { watchPeakRss } from './proc-stats.js'
-import { AUTH, numberFromEnv, runToExit, seedLongRows, startPostgres, startServer, type ServerKind } from './servers.js'
+import { AUTH, copyMs, numberFromEnv, runToExit, seedLongRows, startPostgres, startServer, type ServerKind } from './servers.js'
 
 const ROWS = numberFromEnv('BIG_ROWS', 1_000_000)
 const ROUNDS = numberFromEnv('BIG_ROUNDS', 5)
@@ -71,22 +69,6 @@ async function staticServer (body: Buffer): Promise<{ url: string, close: () => 
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/categories`, close: () => { server.close() } }
-}
-
-async function copyMs (databaseUrl: string): Promise<number> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    await client.query('SET statement_timeout = 0')
-    const started = performance.now()
-    const stream = client.query(copyTo('COPY (SELECT id, name, description FROM categories ORDER BY id) TO STDOUT'))
-    // PostgreSQL's own speed of handing the rows over: read and dropped.
-    stream.resume()
-    await finished(stream)
-    return performance.now() - started
-  } finally {
-    await client.end()
-  }
 }
 
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number

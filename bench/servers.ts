@@ -9,8 +9,10 @@ import { existsSync, statSync } from 'node:fs'
 import { chmod, mkdtemp, open, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
+import { finished } from 'node:stream/promises'
 import { fileURLToPath } from 'node:url'
 import pg from 'pg'
+import { to as copyTo } from 'pg-copy-streams'
 import { freePort, startEmbeddedPostgres } from '@petstore/embedded-postgres'
 import type { LoadMessage, LoadResult, LoadSpec } from './load.js'
 import { benchServiceNodeArgs } from './start-command.js'
@@ -351,6 +353,22 @@ export async function seedLongRows (databaseUrl: string, rows: number): Promise<
   let bytes = 1
   for (let i = 1; i <= rows; i++) bytes += Buffer.byteLength(JSON.stringify({ id: i, name: `Category ${i}`, description: `${LONG_DESCRIPTION} ${i}` })) + 1
   return bytes
+}
+
+/** PostgreSQL's own speed of handing the rows over: `COPY … TO STDOUT` of the categories, read and dropped. */
+export async function copyMs (databaseUrl: string): Promise<number> {
+  const client = new pg.Client({ connectionString: databaseUrl })
+  await client.connect()
+  try {
+    await client.query('SET statement_timeout = 0')
+    const started = performance.now()
+    const stream = client.query(copyTo('COPY (SELECT id, name, description FROM categories ORDER BY id) TO STDOUT'))
+    stream.resume()
+    await finished(stream)
+    return performance.now() - started
+  } finally {
+    await client.end()
+  }
 }
 
 /** The rows the profilers serve: for the in-memory servers in a file (CEILING_DATA), for the others through their API. */
