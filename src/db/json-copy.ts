@@ -10,6 +10,7 @@ for (const [byte, escape] of [[8, 'b'], [9, 't'], [10, 'n'], [12, 'f'], [13, 'r'
   ESCAPES[byte] = escape.charCodeAt(0)
 }
 const HEX = Buffer.from('0123456789abcdef')
+const YIELD_AFTER_MS = 5
 
 /**
  * Writes rows as the route's serializer does (the schema's member order, NULL members left out, int8 as a bare
@@ -41,7 +42,14 @@ export class JsonCopyWriter {
     this.copied = 0
     let skip = 19 // the signature, flags and an empty header extension
     let rest: Buffer | undefined // a row begun in the chunks before
+    let turn = performance.now()
     for await (const received of client.query(copyTo(sql)) as AsyncIterable<Buffer>) {
+      // Rows arrive faster than they are written and one turn of the event loop can carry many chunks (libuv reads a
+      // socket up to 32 times in a row): unyielding, a turn took 40-60 ms here while a liveness probe waited.
+      if (performance.now() - turn > YIELD_AFTER_MS) {
+        await new Promise(resolve => { setImmediate(resolve) })
+        turn = performance.now()
+      }
       const chunk = received.subarray(skip)
       skip = Math.max(0, skip - received.length)
       let at = 0
