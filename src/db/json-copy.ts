@@ -1,16 +1,13 @@
 import type pg from 'pg'
+import { setImmediate as nextTurn } from 'node:timers/promises'
 import { to as copyTo } from 'pg-copy-streams'
 
 /** Rows whose ids share a key (id / segment size), as JSON: ids ascending, their objects joined by commas. */
 export interface JsonSegment { key: bigint, ids: BigInt64Array, bytes: Buffer }
 
-// JSON.stringify's escapes (fast-json-stringify's too): these two-character ones, the other C0 controls as \u00xx.
-const ESCAPES = new Uint8Array(128)
-for (const [byte, escape] of [[8, 'b'], [9, 't'], [10, 'n'], [12, 'f'], [13, 'r'], [34, '"'], [92, '\\']] as const) {
-  ESCAPES[byte] = escape.charCodeAt(0)
-}
-const HEX = Buffer.from('0123456789abcdef')
-const YIELD_AFTER_MS = 5
+// What JSON.stringify (and fast-json-stringify) writes for the bytes it escapes: `"`, `\` and the C0 controls.
+const ESCAPED = Array.from({ length: 256 }, (_, byte) =>
+  byte < 32 || byte === 34 || byte === 92 ? JSON.stringify(String.fromCharCode(byte)).slice(1, -1) : undefined)
 
 /**
  * Writes rows as the route's serializer does (the schema's member order, NULL members left out, int8 as a bare
@@ -46,10 +43,7 @@ export class JsonCopyWriter {
     for await (const received of client.query(copyTo(sql)) as AsyncIterable<Buffer>) {
       // Rows arrive faster than they are written and one turn of the event loop can carry many chunks (libuv reads a
       // socket up to 32 times in a row): unyielding, a turn took 40-60 ms here while a liveness probe waited.
-      if (performance.now() - turn > YIELD_AFTER_MS) {
-        await new Promise(resolve => { setImmediate(resolve) })
-        turn = performance.now()
-      }
+      if (performance.now() - turn > 5) turn = await nextTurn().then(() => performance.now())
       const chunk = received.subarray(skip)
       skip = Math.max(0, skip - received.length)
       let at = 0
@@ -133,8 +127,7 @@ export class JsonCopyWriter {
 
   private text (data: Buffer, from: number, to: number): void {
     if (this.input?.data !== data) this.input = { data, view: viewOf(data) }
-    const { view } = this.input
-    const out = this.out
+    const { out, outView, input: { view } } = this
     let j = this.length
     out[j++] = 34
     for (let i = from; i < to;) {
@@ -142,20 +135,15 @@ export class JsonCopyWriter {
       // differences while its own high bit is clear (Bit Twiddling Hacks, "a word has a byte less than n").
       const x = i + 4 <= to ? view.getUint32(i, true) : 0
       const escapes = ((x - 0x20202020) | ((x ^ 0x22222222) - 0x01010101) | ((x ^ 0x5c5c5c5c) - 0x01010101)) & ~x
-      if ((escapes & 0x80808080) !== 0) {
-        const byte = data[i++] as number
-        if (byte >= 32 && byte !== 34 && byte !== 92) {
-          out[j++] = byte
-        } else if (ESCAPES[byte] !== 0) {
-          out[j++] = 92
-          out[j++] = ESCAPES[byte] as number
-        } else {
-          j += out.write(`\\u00${String.fromCharCode(HEX[byte >> 4] as number, HEX[byte & 15] as number)}`, j, 'latin1')
-        }
-      } else {
-        this.outView.setUint32(j, x, true)
+      if ((escapes & 0x80808080) === 0) {
+        outView.setUint32(j, x, true)
         j += 4
         i += 4
+      } else {
+        const byte = data[i++] as number
+        const escaped = ESCAPED[byte]
+        if (escaped === undefined) out[j++] = byte
+        else j += out.write(escaped, j, 'latin1')
       }
     }
     out[j++] = 34
