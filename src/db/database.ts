@@ -83,9 +83,7 @@ export class Database {
     }
   }
 
-  async end (): Promise<void> {
-    await this.pool.end()
-  }
+  async end (): Promise<void> { await this.pool.end() }
 
   /** A connection that leads where the address does now; those to an old server are closed on the way. */
   private async acquire (bounded: boolean): Promise<pg.PoolClient> {

@@ -75,9 +75,7 @@ export class Table<New extends object, T extends Row> {
     return toRow<T>(rows[0] as Record<string, unknown>)
   }
 
-  async get (id: bigint): Promise<T | undefined> {
-    return (await this.rows('id = $1', [id.toString()]))[0]
-  }
+  async get (id: bigint): Promise<T | undefined> { return (await this.rows('id = $1', [id.toString()]))[0] }
 
   /** The rows with these ids that exist, in id order. */
   async getMany (ids: readonly bigint[]): Promise<T[]> {

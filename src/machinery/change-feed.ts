@@ -92,9 +92,7 @@ export class ChangeFeed {
     this.connect().catch((err: unknown) => { this.options.log.warn({ err }, 'change feed failed to start') })
   }
 
-  private changedEverywhere (): void {
-    for (const subscriber of this.subscribers.values()) subscriber.invalidate()
-  }
+  private changedEverywhere (): void { for (const subscriber of this.subscribers.values()) subscriber.invalidate() }
 
   /** Reconnects when the listening connection is one `stale` names (the database address moved). */
   reconnectIf (stale: (client: pg.Client) => boolean): void {

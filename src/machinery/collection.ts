@@ -39,9 +39,7 @@ export class Collection<New extends object, T extends Row> {
   }
 
   /** Committed (group commit), and already in this instance's list. */
-  async create (input: New): Promise<T> {
-    return await this.cache.writing(this.batcher.create(input))
-  }
+  async create (input: New): Promise<T> { return await this.cache.writing(this.batcher.create(input)) }
 
   /** With an Idempotency-Key: the remembered answer (or a refusal thrown), or the row and its answer, committed. */
   async createIdempotent (owner: Buffer, key: string, input: New, answer: (row: T) => StoredResponse):
@@ -63,11 +61,7 @@ export class Collection<New extends object, T extends Row> {
     return outcome
   }
 
-  async list (serialize: ListSerializer<T>): Promise<ListBody> {
-    return await this.cache.read(serialize)
-  }
+  async list (serialize: ListSerializer<T>): Promise<ListBody> { return await this.cache.read(serialize) }
 
-  async get (id: bigint): Promise<T | undefined> {
-    return await this.table.get(id)
-  }
+  async get (id: bigint): Promise<T | undefined> { return await this.table.get(id) }
 }

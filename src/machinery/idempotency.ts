@@ -114,7 +114,5 @@ export class IdempotencyStore {
     this.cleanupTimer = setInterval(() => { this.deleteExpired().catch(onError) }, intervalMs).unref()
   }
 
-  stopCleanup (): void {
-    clearInterval(this.cleanupTimer)
-  }
+  stopCleanup (): void { clearInterval(this.cleanupTimer) }
 }
