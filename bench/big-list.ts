@@ -15,7 +15,7 @@ import { performance } from 'node:perf_hooks'
 import { Worker } from 'node:worker_threads'
 import pg from 'pg'
 import { watchPeakRss } from './proc-stats.js'
-import { AUTH, copyMs, numberFromEnv, runToExit, seedLongRows, startPostgres, startServer, type ServerKind } from './servers.js'
+import { AUTH, copyMs, median, numberFromEnv, runToExit, seedLongRows, startPostgres, startServer, type ServerKind } from './servers.js'
 
 const ROWS = numberFromEnv('BIG_ROWS', 1_000_000)
 const ROUNDS = numberFromEnv('BIG_ROUNDS', 5)
@@ -70,8 +70,6 @@ async function staticServer (body: Buffer): Promise<{ url: string, close: () => 
   await once(server, 'listening')
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/categories`, close: () => { server.close() } }
 }
-
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number
 
 async function main (): Promise<void> {
   const postgres = await startPostgres()

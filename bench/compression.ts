@@ -24,7 +24,7 @@ import net from 'node:net'
 import { promisify } from 'node:util'
 import { brotliDecompress, gunzip } from 'node:zlib'
 import { cpuSeconds } from './proc-stats.js'
-import { AUTH, numberFromEnv, runToExit, seedBySql, seedLongRows, startLoadGenerator, startPostgres, startServer, type Postgres, type RunningServer } from './servers.js'
+import { AUTH, median, numberFromEnv, runToExit, seedBySql, seedLongRows, startLoadGenerator, startPostgres, startServer, type Postgres, type RunningServer } from './servers.js'
 
 const BIG_ROWS = numberFromEnv('COMPRESSION_ROWS', 1_000_000)
 const ROUNDS = numberFromEnv('COMPRESSION_ROUNDS', 3)
@@ -37,7 +37,6 @@ const CODINGS = ['identity', 'gzip', 'br'] as const
 type Coding = typeof CODINGS[number]
 const acceptFor = (coding: Coding): Record<string, string> => coding === 'identity' ? {} : { 'accept-encoding': coding }
 
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number
 const mb = (bytes: number): string => `${(bytes / 1e6).toFixed(1)} MB`
 
 /** A namespace joined to this one by a shaped veth pair: the service side sends at `rate`. */

@@ -8,7 +8,7 @@ import { execFileSync } from 'node:child_process'
 import os from 'node:os'
 import path from 'node:path'
 import { cpuSeconds } from './proc-stats.js'
-import { AUTH, numberFromEnv, runToExit, seedBySql, startLoadGenerator, startPostgres, startServer } from './servers.js'
+import { AUTH, median, numberFromEnv, runToExit, seedBySql, startLoadGenerator, startPostgres, startServer } from './servers.js'
 
 const settings = {
   rounds: numberFromEnv('KEYS_ROUNDS', 8),
@@ -20,8 +20,6 @@ const settings = {
 function log (message: string): void {
   process.stderr.write(`[keys ${new Date().toISOString().slice(11, 19)}] ${message}\n`)
 }
-
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0
 
 async function main (): Promise<void> {
   const load = await startLoadGenerator(log)

@@ -11,7 +11,7 @@ import { pathToFileURL } from 'node:url'
 import pg from 'pg'
 import { to as copyTo } from 'pg-copy-streams'
 import { runMigrations } from '../src/db/migrate.js'
-import { ROOT, copyMs, numberFromEnv, seedLongRows, startPostgres } from './servers.js'
+import { ROOT, copyMs, median, numberFromEnv, seedLongRows, startPostgres } from './servers.js'
 
 type Modules = [typeof import('../src/db/database.js'), typeof import('../src/db/table.js'),
   typeof import('../src/db/json-copy.js')]
@@ -20,7 +20,6 @@ const ROWS = numberFromEnv('BIG_ROWS', 1_000_000)
 const ROUNDS = numberFromEnv('LIST_ROUNDS', 6)
 const COLUMNS = { name: 'text', description: 'text' }
 const SELECT = 'SELECT id::bigint, name::text, description::text FROM categories ORDER BY id'
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN
 const cpuMs = (since: NodeJS.CpuUsage): number => { const { user, system } = process.cpuUsage(since); return (user + system) / 1000 }
 
 async function build (dir: string): Promise<Modules> {
@@ -68,8 +67,8 @@ async function main (): Promise<void> {
         const cpu = process.cpuUsage()
         const started = performance.now()
         await table.listJson(1024n, () => {})
-        const entry = { writerCpuMs, ms: performance.now() - started, cpuMs: cpuMs(cpu), ratio: 0 }
-        entry.ratio = entry.ms / copy
+        const ms = performance.now() - started
+        const entry = { writerCpuMs, ms, cpuMs: cpuMs(cpu), ratio: ms / copy }
         await db.pool.end()
         results.set(label, [...results.get(label) ?? [], entry])
         process.stderr.write(`[list-json] round ${round + 1} ${label}: writer ${writerCpuMs.toFixed(0)} ms of CPU; listJson ` +

@@ -355,6 +355,9 @@ export async function seedLongRows (databaseUrl: string, rows: number): Promise<
   return bytes
 }
 
+/** The middle value (the upper of the two middle ones for an even count); NaN for none. */
+export const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN
+
 /** PostgreSQL's own speed of handing the rows over: `COPY … TO STDOUT` of the categories, read and dropped. */
 export async function copyMs (databaseUrl: string): Promise<number> {
   const client = new pg.Client({ connectionString: databaseUrl })
