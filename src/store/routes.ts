@@ -14,7 +14,5 @@ export default fp(async function store (app: FastifyInstance): Promise<void> {
       tags: ['store'],
       response: errorResponses([401, 429, 501], { 501: 'listOrders is not implemented yet' })
     }
-  }, async () => {
-    throw notImplemented('listOrders is not implemented yet')
-  })
+  }, async () => { throw notImplemented('listOrders is not implemented yet') })
 }, { name: 'store', dependencies: ['openapi'] })
