@@ -20,7 +20,7 @@ export class JsonCopyWriter {
   private outView = viewOf(this.out)
   private input: { data: Buffer, view: DataView } | undefined
   private length = 0
-  private readonly ids = new BigInt64Array(1024)
+  private readonly ids = new BigInt64Array(4096)
   private readonly idBytes = new Uint8Array(this.ids.buffer)
   private count = 0
   private key = -1
@@ -29,7 +29,7 @@ export class JsonCopyWriter {
   constructor (columns: Record<string, string>, private readonly size: number,
     private readonly onSegment: (segment: JsonSegment) => void) {
     this.members = Object.entries(columns).map(([name, type]) => ({ prefix: `,"${name}":`, type }))
-    if (size > 1024 || 2 ** 32 % size !== 0) throw new Error('a segment size is a power of two up to 1024')
+    if (size > 4096 || 2 ** 32 % size !== 0) throw new Error('a segment size is a power of two up to 4096')
   }
 
   /** The id of the last row written (the open segment always holds it). */

@@ -17,7 +17,7 @@ export type ListSerializer<T> = (rows: T[]) => string
 /** What notify_table_insert() announces (migrations): the inserted ids, ascending, comma-separated. */
 const INSERTED_IDS = /^[0-9]{1,19}(,[0-9]{1,19})*$/
 
-const SEGMENT_IDS = 1024n // a segment holds the rows whose id / SEGMENT_IDS is its key
+const SEGMENT_IDS = 4096n // a segment holds the rows whose id / SEGMENT_IDS is its key
 const FLAT_BYTES = 1024 * 1024
 const HASH_BYTES_PER_TURN = 8 * 1024 * 1024 // then the event loop takes a turn, when a long list is hashed again
 
