@@ -29,7 +29,7 @@ export class JsonCopyWriter {
   constructor (columns: Record<string, string>, private readonly size: number,
     private readonly onSegment: (segment: JsonSegment) => void) {
     this.members = Object.entries(columns).map(([name, type]) => ({ prefix: `,"${name}":`, type }))
-    if (size > 4096 || 2 ** 32 % size !== 0) throw new Error('a segment size is a power of two up to 4096')
+    if (this.ids.length % size !== 0) throw new Error(`a segment size is a power of two up to ${this.ids.length}`)
   }
 
   /** The id of the last row written (the open segment always holds it). */
