@@ -22,7 +22,7 @@ const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
 t.teardown(async () => { await admin.end() })
 
-const listening = async (app: FastifyInstance): Promise<boolean> => await metric(app, 'categories_change_feed_listening') === 1
+const listening = async (app: FastifyInstance): Promise<boolean> => await metric(app, 'change_feed_listening') === 1
 const list = async (app: FastifyInstance): Promise<Array<{ id: number, name: string }>> =>
   (await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })).json()
 async function create (app: FastifyInstance, name: string): Promise<number> {
@@ -114,7 +114,7 @@ t.test('own creates are appended to the cached list: no rebuild, their echoes sk
   await list(a)
   const refreshes = await reads(a, 'refresh')
   const appended = await reads(a, 'appended')
-  const echoes = await metric(a, 'categories_change_feed_own_echoes')
+  const echoes = await metric(a, 'categories_list_own_echoes_total')
   const bodies = [
     { name: 'append "quoted" \\ backslash' },
     { name: 'append \u00fcn\u00efc\u00f6d\u00e9 \u{1F408}', description: 'line\nbreak\ttab \u2028 separator' },
@@ -126,7 +126,7 @@ t.test('own creates are appended to the cached list: no rebuild, their echoes sk
   }
   const together = await Promise.all(Array.from({ length: 5 }, async (_, i) => await create(a, `append together ${i}`)))
   // Each INSERT statement notifies once: at least one echo per sequential create and one for the concurrent ones.
-  await until('the echoes of these creates arrived', async () => await metric(a, 'categories_change_feed_own_echoes') >= echoes + bodies.length + 1)
+  await until('the echoes of these creates arrived', async () => await metric(a, 'categories_list_own_echoes_total') >= echoes + bodies.length + 1)
   await sleep(50)
 
   const res = await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
@@ -238,10 +238,10 @@ t.test('a change the notification cannot name drops the list: an insert of too m
 
 t.test('listener killed: the list comes from the database until the feed is back, then from the cache', async t => {
   await list(a)
-  const drops = await metric(a, 'categories_change_feed_drops')
+  const drops = await metric(a, 'change_feed_drops_total')
   const { rowCount } = await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()', [LISTENER_APPLICATION_NAME])
   t.equal(rowCount, 2, 'one listening connection per instance')
-  await until('A notices the drop', async () => await metric(a, 'categories_change_feed_drops') > drops)
+  await until('A notices the drop', async () => await metric(a, 'change_feed_drops_total') > drops)
   t.notOk(await listening(a), 'A is not listening')
 
   const fromDatabase = await metric(a, 'categories_list_reads_total', { source: 'database' })
@@ -337,9 +337,9 @@ t.test('a feed that cannot prove it hears never serves from the cache, warns onc
       log: { warn (obj: { retryInMs?: number }, msg: string) { warnings.push({ msg, retryInMs: obj.retryInMs }) }, info () {} }
     })
     t.teardown(close)
-    await until(`the ${label} feed has missed five probes`, async () => await metric(registry, 'categories_change_feed_probes_missed') >= 5)
+    await until(`the ${label} feed has missed five probes`, async () => await metric(registry, 'change_feed_probes_missed_total') >= 5)
     t.notOk(cache.listening, `${label}: the feed does not claim to hear`)
-    t.equal(await metric(registry, 'categories_change_feed_listening'), 0)
+    t.equal(await metric(registry, 'change_feed_listening'), 0)
     const id = (await repository.insertBatch([{ name: `written while ${label}` }]))[0]?.id
     for (let i = 0; i < 3; i++) t.ok(JSON.parse(bodyText(await cache.read(serialize))).some((c: { id: number }) => BigInt(c.id) === id), `${label}: every read has the new row`)
     t.equal(await reads(registry, 'database'), 3, `${label}: all three reads went to the database`)
@@ -347,7 +347,7 @@ t.test('a feed that cannot prove it hears never serves from the cache, warns onc
     t.equal(warnings.length, expected.length, `${label}: ${expected.length} warning(s), not one per probe`)
     expected.forEach((pattern, i) => { t.match(warnings[i]?.msg, pattern) })
     if (label === 'deaf') t.equal(warnings[1]?.retryInMs, 400, 'after three deaf connections the feed waits deafRetryMs between tries')
-    t.equal(await metric(registry, 'categories_change_feed_connection_info', { connection: 'DATABASE_URL' }), 1, 'the metrics say which connection the feed uses')
+    t.equal(await metric(registry, 'change_feed_connection_info', { connection: 'DATABASE_URL' }), 1, 'the metrics say which connection the feed uses')
   }
 })
 
@@ -382,8 +382,8 @@ t.test('a busy pool is not a deaf feed: the probe takes no request\'s place in t
   }
   await sleep(300) // the waiting probe and later ones are heard
   t.ok(cache.listening, 'the feed hears')
-  t.equal(await metric(registry, 'categories_change_feed_drops'), 0, 'the feed was never dropped')
-  t.equal(await metric(registry, 'categories_change_feed_probes_missed'), 0, 'no probe counted as missed')
+  t.equal(await metric(registry, 'change_feed_drops_total'), 0, 'the feed was never dropped')
+  t.equal(await metric(registry, 'change_feed_probes_missed_total'), 0, 'no probe counted as missed')
   t.same(warnings, [], 'nothing warned')
 })
 

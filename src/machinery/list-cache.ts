@@ -1,6 +1,6 @@
 import { createHash, type Hash } from 'node:crypto'
 import { setImmediate as nextTurn } from 'node:timers/promises'
-import { Counter, Gauge, type Registry } from 'prom-client'
+import { Counter, type Registry } from 'prom-client'
 import type { JsonSegment as Segment } from '../db/json-copy.js'
 import type { Row, Table } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
@@ -121,7 +121,7 @@ export class ListCache<T extends Row> {
       },
       invalidate: () => { this.invalidate() }
     })
-    if (registry !== undefined) registerMetrics(source.name, feed, registry, this.reads, () => this.echoes)
+    if (registry !== undefined) registerMetrics(source.name, registry, this.reads, () => this.echoes)
   }
 
   get listening (): boolean { return this.feed.listening }
@@ -278,8 +278,8 @@ export class ListCache<T extends Row> {
   }
 }
 
-function registerMetrics (prefix: string, feed: ChangeFeed, registry: Registry, reads: Record<string, number>,
-  echoes: () => number): void {
+function registerMetrics (prefix: string, registry: Registry, reads: Record<string, number>, echoes: () => number):
+void {
   const registers = [registry]
   /* eslint-disable no-new */
   new Counter({
@@ -290,24 +290,14 @@ function registerMetrics (prefix: string, feed: ChangeFeed, registry: Registry, 
     registers,
     collect () { this.reset(); for (const [source, count] of Object.entries(reads)) this.labels(source).inc(count) }
   })
-  const gauge = (name: string, help: string, value: () => number): void => {
-    new Gauge({ name: `${prefix}_change_feed_${name}`, help, registers, collect () { this.set(value()) } })
-  }
-  gauge('listening', '1 while the change feed hears notifications (its last probe was echoed) and the list cache ' +
-    'may be used; 0: the list is read from the database', () => feed.listening ? 1 : 0)
-  gauge('drops', 'Times the change feed connection was lost, could not be made, or was found deaf', () => feed.drops)
-  gauge('probes_missed', 'Probe notifications the change feed sent through the pool and did not hear in time',
-    () => feed.probesMissed)
-  gauge('echo_seconds', 'Time from sending the change feed\'s last heard probe notification to its echo',
-    () => feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000)
-  gauge('own_echoes', 'Notifications that announced only rows the cached list already had (this instance\'s own ' +
-    'creates)', echoes)
-  new Gauge({
-    name: `${prefix}_change_feed_connection_info`,
-    help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)',
-    labelNames: ['connection'],
+  new Counter({
+    name: `${prefix}_list_own_echoes_total`,
+    help: 'Notifications that announced only rows the cached list already had (this instance\'s own creates)',
     registers,
-    collect () { this.labels(feed.connectionName).set(1) }
+    collect () {
+      this.reset()
+      this.inc(echoes())
+    }
   })
   /* eslint-enable no-new */
 }

@@ -33,7 +33,8 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
     // As long as the pool itself lets the probe wait for a connection and run.
     probeSendTimeoutMs: options.database.connectionTimeoutMs + options.database.statementTimeoutMs + 1000,
     log: app.log,
-    onConnect: db.servers.register
+    onConnect: db.servers.register,
+    registry: app.metrics
   })
   db.servers.onMove(() => { feed.reconnectIf(client => db.servers.isStale(client)) })
   const idempotency = new IdempotencyStore(db)
