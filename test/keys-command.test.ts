@@ -6,7 +6,7 @@ import { testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
 
-/* `npm run keys` as a real process (src/keys.ts through tsx, as dist/keys.js runs it), on the service's database. */
+/* `npm run keys` as a real process (src/keys/command.ts through tsx, as dist/keys/command.js runs it), on the service's database. */
 
 const db = await testDatabase(t)
 await runMigrations(db.url, { info: () => {}, warn: () => {}, error: () => {} })
@@ -15,7 +15,7 @@ const run = promisify(execFile)
 interface Outcome { code: number, stdout: string, stderr: string }
 
 async function keys (args: string[], env: Record<string, string> = { DATABASE_URL: db.url }): Promise<Outcome> {
-  const child = run(process.execPath, ['--import', 'tsx', 'src/keys.ts', ...args],
+  const child = run(process.execPath, ['--import', 'tsx', 'src/keys/command.ts', ...args],
     { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, timeout: 60000 })
   return await child.then(({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
     (err: { code: number, stdout: string, stderr: string }) => ({ code: err.code, stdout: err.stdout, stderr: err.stderr }))

@@ -4,7 +4,7 @@ import type { Row } from '../db/table.js'
 import type { Collection } from '../machinery/collection.js'
 import type { ListSerializer } from '../machinery/list-cache.js'
 import { encodedTag } from '../machinery/list-compression.js'
-import type { AuthenticatedKey } from './api-keys.js'
+import type { AuthenticatedKey } from '../keys/store.js'
 import { negotiateEncoding } from './content-coding.js'
 import { notFound } from './errors.js'
 

@@ -1,15 +1,15 @@
 import path from 'node:path'
 import { parseArgs } from 'node:util'
-import { loadConfig, sha256, type Config } from './config.js'
-import { Database } from './db/database.js'
-import { DatabaseUnavailableError } from './db/errors.js'
-import { runMigrations } from './db/migrate.js'
-import { loadEmbedded } from './embedded.js'
-import { generateKey, keyPrefix } from './http/api-keys.js'
-import { checkDatabase, describeBuildError } from './startup-checks.js'
-import { StartupError } from './startup-error.js'
+import { loadConfig, sha256, type Config } from '../config.js'
+import { Database } from '../db/database.js'
+import { DatabaseUnavailableError } from '../db/errors.js'
+import { runMigrations } from '../db/migrate.js'
+import { loadEmbedded } from '../embedded.js'
+import { checkDatabase, describeBuildError } from '../startup-checks.js'
+import { StartupError } from '../startup-error.js'
+import { generateKey, keyPrefix } from './store.js'
 
-/** `npm run keys -- ...` (`node dist/keys.js ...` in the image): issue, list and revoke managed API keys. */
+/** `npm run keys -- ...` (`node dist/keys/command.js ...` in the image): issue, list and revoke managed API keys. */
 const USAGE = 'usage: keys create --name NAME --scope read|write [--expires-in DAYS] [--rate-limit N] | ' +
   'keys list [--json] | keys revoke ID'
 const fail = (message: string): never => { throw new StartupError(message) }
