@@ -1,4 +1,9 @@
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { runMigrations } from '../src/db/migrate.js'
@@ -8,6 +13,7 @@ import { withClient } from './helpers/pg-client.js'
 
 /* `npm run keys` as a real process (src/keys/command.ts through tsx, as dist/keys/command.js runs it), on the service's database. */
 
+t.setTimeout(240000)
 const db = await testDatabase(t)
 await runMigrations(db.url, { info: () => {}, warn: () => {}, error: () => {} })
 const run = promisify(execFile)
@@ -71,4 +77,46 @@ t.test('failures: one line naming what to fix, exit 1, no stack trace', async t 
     t.notMatch(stderr, /\bat .*:\d+:\d+|secret/, 'no stack trace, no password')
     t.equal(stdout, '')
   }
+})
+
+/**
+ * Bound on the time from a command's answer to its exit, through the embedded PostgreSQL's fast shutdown (about a
+ * second, a few on a busy machine). The embedded server's stop once left its 30 s stop timeout pending, which kept
+ * every command alive 30 s after its answer: the bound sits well clear of both.
+ */
+const EXIT_AFTER_ANSWER_MS = 15000
+
+/** The command with no DATABASE_URL; whether it exited within EXIT_AFTER_ANSWER_MS of its first output on stdout. */
+async function keysEmbedded (args: string[], dataDir: string): Promise<Outcome & { exitedInTime: boolean }> {
+  const env = { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir }
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/keys/command.ts', ...args], { env })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
+  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const exited = once(child, 'exit')
+  const closed = once(child, 'close')
+  await Promise.race([once(child.stdout, 'data'), exited])
+  const bound = new AbortController()
+  const overdue = sleep(EXIT_AFTER_ANSWER_MS, false, { signal: bound.signal }).catch(() => false)
+  const exitedInTime = await Promise.race([exited.then(() => true), overdue])
+  bound.abort()
+  const [code] = await closed as [number]
+  return { code, stdout, stderr, exitedInTime }
+}
+
+t.test('with the embedded PostgreSQL (no DATABASE_URL), each command exits as soon as it has answered', async t => {
+  const dir = await mkdtemp(path.join(tmpdir(), 'petstore-keys-'))
+  t.teardown(async () => { await rm(dir, { recursive: true, force: true }) })
+  const created = await keysEmbedded(['create', '--name', 'embedded', '--scope', 'read'], dir)
+  t.equal(created.code, 0, created.stderr)
+  t.ok(created.exitedInTime, `create exited within ${EXIT_AFTER_ANSWER_MS} ms of its answer`)
+  const listed = await keysEmbedded(['list', '--json'], dir)
+  t.equal(listed.code, 0, listed.stderr)
+  t.ok(listed.exitedInTime, `list exited within ${EXIT_AFTER_ANSWER_MS} ms of its answer`)
+  const [key] = JSON.parse(listed.stdout) as Array<{ id: number, name: string }>
+  t.equal(key?.name, 'embedded')
+  const revoked = await keysEmbedded(['revoke', String(key?.id)], dir)
+  t.equal(revoked.code, 0, revoked.stderr)
+  t.ok(revoked.exitedInTime, `revoke exited within ${EXIT_AFTER_ANSWER_MS} ms of its answer`)
 })
