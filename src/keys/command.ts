@@ -1,5 +1,4 @@
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { loadConfig, sha256, type Config } from '../config.js'
 import { Database } from '../db/database.js'
 import { DatabaseUnavailableError } from '../db/errors.js'
@@ -7,12 +6,13 @@ import { runMigrations } from '../db/migrate.js'
 import { loadEmbedded } from '../embedded.js'
 import { checkDatabase, describeBuildError } from '../startup-checks.js'
 import { StartupError } from '../startup-error.js'
+import { parse, HELP, type NewKey, type Request } from './arguments.js'
 import { generateKey, keyPrefix } from './store.js'
 
-/** `npm run keys -- ...` (`node dist/keys/command.js ...` in the image): issue, list and revoke managed API keys. */
-const USAGE = 'usage: keys create --name NAME --scope read|write [--expires-in DAYS] [--rate-limit N] | ' +
-  'keys list [--json] | keys revoke ID'
-const fail = (message: string): never => { throw new StartupError(message) }
+// `npm run keys -- ...` (`node dist/keys/command.js ...` in the image): issue, list and revoke managed API keys.
+
+/** As toISOString writes it, but by PostgreSQL: a time past a Date's last day (older commands wrote some) is shown. */
+const iso = (column: string): string => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
 
 /** The service's database; without DATABASE_URL the running service's embedded one, or one started for this. */
 async function connect (config: Config): Promise<{ url: string, stop: () => Promise<void> }> {
@@ -32,56 +32,43 @@ async function connect (config: Config): Promise<{ url: string, stop: () => Prom
   return { url: embedded.serviceUrl, stop: embedded.stop }
 }
 
-type Option = 'name' | 'scope' | 'expires-in' | 'rate-limit'
-
-async function create (db: Database, values: Partial<Record<Option, string>>): Promise<void> {
-  const name = values.name?.trim() ?? ''
-  if (name === '' || name.length > 255) fail('--name must be given, 1 to 255 characters')
-  if (values.scope !== 'read' && values.scope !== 'write') fail('--scope must be read or write')
-  const number = (option: Option, integer: boolean): number | null => {
-    if (values[option] === undefined) return null
-    const n = Number(values[option])
-    if (!(n > 0 && Number.isFinite(n)) || (integer && !Number.isSafeInteger(n))) {
-      fail(`--${option} must be a positive ${integer ? 'whole ' : ''}number`)
-    }
-    return n
-  }
+async function create (db: Database, { name, scope, expiresInDays, ratePerMinute }: NewKey): Promise<void> {
   const key = generateKey()
-  const { rows } = await db.query<{ id: bigint, expires: Date | null }>(`
+  const { rows } = await db.query<{ id: bigint, expires: string | null }>(`
     INSERT INTO api_keys (name, scope, prefix, digest, expires_at, rate_limit_per_minute)
-    VALUES ($1, $2, $3, $4, now() + $5::float8 * interval '1 day', $6) RETURNING id, expires_at AS expires`,
-  [name, values.scope, keyPrefix(key), sha256(key), number('expires-in', false), number('rate-limit', true)])
-  const row = rows[0] as { id: bigint, expires: Date | null }
-  const expiry = row.expires === null ? 'never expires' : `expires ${row.expires.toISOString()}`
-  process.stdout.write(`created key ${row.id} "${name}" (${String(values.scope)} scope, ${expiry}); ` +
+    VALUES ($1, $2, $3, $4, now() + $5::float8 * interval '1 day', $6) RETURNING id, ${iso('expires_at')} AS expires`,
+  [name, scope, keyPrefix(key), sha256(key), expiresInDays, ratePerMinute])
+  const row = rows[0] as { id: bigint, expires: string | null }
+  const expiry = row.expires === null ? 'never expires' : `expires ${row.expires}`
+  process.stdout.write(`created key ${row.id} "${name}" (${scope} scope, ${expiry}); ` +
     'it is shown this once, only its SHA-256 is kept:\n' + key + '\n')
 }
 
 async function list (db: Database, json: boolean): Promise<void> {
   const { rows } = await db.query(`
-    SELECT id, name, scope, prefix, rate_limit_per_minute AS "rateLimitPerMinute", created_at AS "createdAt",
-      expires_at AS "expiresAt", revoked_at AS "revokedAt", last_used_at AS "lastUsedAt" FROM api_keys ORDER BY id`)
+    SELECT id, name, scope, prefix, rate_limit_per_minute AS "rateLimitPerMinute", ${iso('created_at')} AS "createdAt",
+      ${iso('expires_at')} AS "expiresAt", ${iso('revoked_at')} AS "revokedAt", ${iso('last_used_at')} AS "lastUsedAt"
+    FROM api_keys ORDER BY id`)
   const shown = rows.map(row => ({ ...row, id: Number(row.id) }))
   if (json) {
     process.stdout.write(JSON.stringify(shown, null, 2) + '\n')
     return
   }
-  const cell = (value: unknown): string => value instanceof Date ? value.toISOString() : String(value ?? '-')
   const table = [['id', 'name', 'scope', 'prefix', 'rate/min', 'created', 'expires', 'revoked', 'last used'],
-    ...shown.map(key => Object.values(key).map(cell))]
+    ...shown.map(key => Object.values(key).map(value => String(value ?? '-')))]
   const widths = table[0]?.map((_, i) => Math.max(...table.map(line => line[i]?.length ?? 0))) ?? []
   for (const line of table) process.stdout.write(line.map((cell, i) => cell.padEnd(widths[i] ?? 0)).join('  ') + '\n')
 }
 
-async function revoke (db: Database, id: string | undefined): Promise<void> {
-  if (id === undefined || !/^[1-9][0-9]{0,17}$/.test(id)) fail(`revoke needs the key's id (from keys list); ${USAGE}`)
-  const { rows } = await db.query<{ revoked: Date, now: boolean }>(`
+async function revoke (db: Database, id: string): Promise<void> {
+  const { rows } = await db.query<{ revoked: string, now: boolean }>(`
     WITH revoked AS (UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING revoked_at)
-    SELECT revoked_at AS revoked, true AS now FROM revoked
-    UNION ALL SELECT revoked_at, false FROM api_keys WHERE id = $1 AND revoked_at IS NOT NULL`, [id])
-  const row = rows[0] ?? fail(`no API key with id ${String(id)}; keys list shows the ids`)
+    SELECT ${iso('revoked_at')} AS revoked, true AS now FROM revoked
+    UNION ALL SELECT ${iso('revoked_at')}, false FROM api_keys WHERE id = $1 AND revoked_at IS NOT NULL`, [id])
+  const row = rows[0]
+  if (row === undefined) throw new StartupError(`no API key with id ${id}; keys list shows the ids`)
   const done = row.now ? 'revoked' : 'was already revoked'
-  process.stdout.write(`key ${String(id)} ${done} at ${row.revoked.toISOString()}\n`)
+  process.stdout.write(`key ${id} ${done} at ${row.revoked}\n`)
 }
 
 function describe (err: unknown, url: string | undefined): string {
@@ -94,18 +81,8 @@ function describe (err: unknown, url: string | undefined): string {
 }
 
 let url: string | undefined
-try {
-  const { values, positionals: [command, id] } = parseArgs({
-    allowPositionals: true,
-    options: {
-      name: { type: 'string' },
-      scope: { type: 'string' },
-      'expires-in': { type: 'string' },
-      'rate-limit': { type: 'string' },
-      json: { type: 'boolean' }
-    }
-  })
-  if (!['create', 'list', 'revoke'].includes(command ?? '')) fail(USAGE)
+
+async function manage (request: Exclude<Request, { command: 'help' }>): Promise<void> {
   // A production environment need not name a static key to manage the others.
   const config = loadConfig({ ...process.env, NODE_ENV: undefined })
   const database = await connect(config)
@@ -114,15 +91,20 @@ try {
     ...config.db, connectionString: url, applicationName: 'petstore-keys', max: 1, maxWaiting: 1, log: () => {}
   })
   try {
-    if (command === 'create') await create(db, values)
-    else if (command === 'list') await list(db, values.json === true)
-    else await revoke(db, id)
+    if (request.command === 'create') await create(db, request.key)
+    else if (request.command === 'list') await list(db, request.json)
+    else await revoke(db, request.id)
   } finally {
     await db.end()
     await database.stop()
   }
+}
+
+try {
+  const request = parse(process.argv.slice(2))
+  if (request.command === 'help') process.stdout.write(HELP)
+  else await manage(request)
 } catch (err) {
-  const line = err instanceof TypeError && 'code' in err ? `${err.message}; ${USAGE}` : describe(err, url)
-  process.stderr.write(`keys: ${line.replace(/\s*\n\s*/g, ' ')}\n`)
+  process.stderr.write(`keys: ${describe(err, url).replace(/\s*\n\s*/g, ' ')}\n`)
   process.exitCode = 1
 }
