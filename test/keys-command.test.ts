@@ -147,6 +147,23 @@ t.test('a key stored with an expiry past what a JavaScript Date holds (an older 
   t.equal(new Date(far?.createdAt ?? '').toISOString(), far?.createdAt, 'other times as toISOString writes them')
 })
 
+t.test('list into a reader that stops early (keys list | head) ends as a list does: exit 0, nothing on stderr', async t => {
+  // Far more than a pipe's buffer (64 KiB), so that the command is still writing when the reader goes.
+  await withClient(db.url, async c => await c.query(`INSERT INTO api_keys (name, scope, prefix, digest)
+    SELECT 'bulk ' || n, 'read', 'petstore_bulk', sha256(n::text::bytea) FROM generate_series(1, 3000) n`))
+  t.teardown(async () => { await withClient(db.url, async c => await c.query("DELETE FROM api_keys WHERE name LIKE 'bulk %'")) })
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/keys/command.ts', 'list'],
+    { env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: db.url } })
+  let stderr = ''
+  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const closed = once(child, 'close')
+  await once(child.stdout, 'data')
+  child.stdout.destroy()
+  const [code] = await closed as [number]
+  t.equal(code, 0, stderr)
+  t.equal(stderr, '')
+})
+
 /**
  * Bound on the time from a command's answer to its exit, through the embedded PostgreSQL's fast shutdown (about a
  * second, a few on a busy machine). The embedded server's stop once left its 30 s stop timeout pending, which kept

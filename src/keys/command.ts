@@ -57,7 +57,8 @@ async function list (db: Database, json: boolean): Promise<void> {
   const table = [['id', 'name', 'scope', 'prefix', 'rate/min', 'created', 'expires', 'revoked', 'last used'],
     ...shown.map(key => Object.values(key).map(value => String(value ?? '-')))]
   const widths = table[0]?.map((_, i) => Math.max(...table.map(line => line[i]?.length ?? 0))) ?? []
-  for (const line of table) process.stdout.write(line.map((cell, i) => cell.padEnd(widths[i] ?? 0)).join('  ') + '\n')
+  const lines = table.map(line => line.map((cell, i) => cell.padEnd(widths[i] ?? 0)).join('  ').trimEnd())
+  process.stdout.write(lines.join('\n') + '\n')
 }
 
 async function revoke (db: Database, id: string): Promise<void> {
@@ -99,6 +100,9 @@ async function manage (request: Exclude<Request, { command: 'help' }>): Promise<
     await database.stop()
   }
 }
+
+// A reader that stops early (keys list | head) is no failure: what it did not read is dropped.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => { if (err.code !== 'EPIPE') throw err })
 
 try {
   const request = parse(process.argv.slice(2))
