@@ -13,8 +13,9 @@ import { runMigrations } from '../src/db/migrate.js'
 /*
  * What the documentation tells a newcomer to copy works as written: the README's
  * TypeScript client program, run by the README's own commands in a fresh checkout
- * against a live service, and the documented way to list keys as JSON. And every setting the service reads is documented alike in
- * the README's configuration table, .env.example and the Helm chart.
+ * against a live service, and the documented way to list keys as JSON. And every
+ * setting the service reads is documented alike in the README's configuration table,
+ * .env.example and the Helm chart.
  */
 
 t.setTimeout(240000)
@@ -187,7 +188,8 @@ t.test('every npm run command the documents show is a script of package.json', a
   const { scripts } = JSON.parse(await readFile('package.json', 'utf8')) as { scripts: Record<string, string> }
   const documents = ['README.md', 'docs/deployment.md', 'clients/typescript/README.md', '.env.example', 'deploy/helm/petstore/values.yaml', 'deploy/helm/petstore/templates/NOTES.txt']
   for (const file of documents) {
-    const named = [...(await readFile(file, 'utf8')).matchAll(/\bnpm run (?:--[a-z]+ )*([a-z][a-z0-9:-]*)/g)].map(m => m[1] as string)
+    const text = await readFile(file, 'utf8')
+    const named = [...text.matchAll(/\bnpm run (?:--[a-z]+ )*([a-z][a-z0-9:-]*)/g)].map(m => m[1] as string)
     t.same([...new Set(named)].filter(name => !(name in scripts)), [], `${file}: ${[...new Set(named)].join(', ') || 'none'}`)
   }
 })

@@ -90,8 +90,8 @@ t.test('every argument is checked before anything starts: a refusal names the op
   ]
   for (const [args, message] of refused) t.throws(() => parse(args), { name: 'StartupError', message }, args.join(' '))
 
-  t.same(parse([...create, '--expires-in', '36500', '--rate-limit', '2147483647']),
-    { command: 'create', key: { name: 'x', scope: 'read', expiresInDays: 36500, ratePerMinute: 2147483647 } }, 'the bounds')
+  const bounds = { name: 'x', scope: 'read', expiresInDays: 36500, ratePerMinute: 2147483647 }
+  t.same(parse([...create, '--expires-in', '36500', '--rate-limit', '2147483647']), { command: 'create', key: bounds })
   t.same(parse(['create', '--name', ' ci ', '--scope', 'write', '--expires-in', '0.5']),
     { command: 'create', key: { name: 'ci', scope: 'write', expiresInDays: 0.5, ratePerMinute: null } })
   t.same(parse(['list', '--json']), { command: 'list', json: true })
@@ -132,10 +132,11 @@ t.test('failures: one line naming what to fix, exit 1, no stack trace, and nothi
   t.same(await count(), before, 'no key written by a refused command')
 })
 
-t.test('a key stored with an expiry past what a JavaScript Date holds (an older command wrote one) is listed', async t => {
+t.test('a key stored with an expiry past what a Date holds (an older command wrote one) is listed', async t => {
   // 99999999 days from now is past +275760-09-13, the last day a Date can hold; PostgreSQL holds it.
-  await withClient(db.url, async c => await c.query(`INSERT INTO api_keys (name, scope, prefix, digest, expires_at)
-    VALUES ('far future', 'read', 'petstore_abcd', decode(repeat('ab', 32), 'hex'), now() + 99999999 * interval '1 day')`))
+  await withClient(db.url, async c => await c.query(`
+    INSERT INTO api_keys (name, scope, prefix, digest, expires_at) VALUES
+      ('far future', 'read', 'petstore_abcd', decode(repeat('ab', 32), 'hex'), now() + 99999999 * interval '1 day')`))
   const text = await keys(['list'])
   t.equal(text.code, 0, text.stderr)
   t.match(text.stdout, /far future .* \d{6}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/, 'its year written out')
@@ -147,11 +148,13 @@ t.test('a key stored with an expiry past what a JavaScript Date holds (an older 
   t.equal(new Date(far?.createdAt ?? '').toISOString(), far?.createdAt, 'other times as toISOString writes them')
 })
 
-t.test('list into a reader that stops early (keys list | head) ends as a list does: exit 0, nothing on stderr', async t => {
+t.test('list into a reader that stops early (keys list | head): exit 0, nothing on stderr', async t => {
   // Far more than a pipe's buffer (64 KiB), so that the command is still writing when the reader goes.
   await withClient(db.url, async c => await c.query(`INSERT INTO api_keys (name, scope, prefix, digest)
     SELECT 'bulk ' || n, 'read', 'petstore_bulk', sha256(n::text::bytea) FROM generate_series(1, 3000) n`))
-  t.teardown(async () => { await withClient(db.url, async c => await c.query("DELETE FROM api_keys WHERE name LIKE 'bulk %'")) })
+  t.teardown(async () => {
+    await withClient(db.url, async c => await c.query("DELETE FROM api_keys WHERE name LIKE 'bulk %'"))
+  })
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/keys/command.ts', 'list'],
     { env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: db.url } })
   let stderr = ''
