@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Precondition, Row } from '../db/table.js'
 import type { Collection } from '../machinery/collection.js'
 import { encodedTag } from '../machinery/list-compression.js'
-import type { AuthenticatedKey } from './api-keys.js'
+import type { AuthenticatedKey } from '../keys/store.js'
 import { negotiateEncoding } from './content-coding.js'
 import { ApiError, notFound, validationFailed } from './errors.js'
 
