@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import pg from 'pg'
 import t from 'tap'
 import { sha256 } from '../src/config.js'
-import { generateKey, keyPrefix } from '../src/http/api-keys.js'
+import { generateKey, keyPrefix } from '../src/keys/store.js'
 import { AUTH, json, metric, testApp, until } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
