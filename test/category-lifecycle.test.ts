@@ -213,6 +213,16 @@ t.test('DELETE answers 204 with no body; the id is gone and never used again', a
   t.same(twice.json(), { code: 'NOT_FOUND', message: `no category with id ${row.id}`, status: 404 })
   const next = await create(a, { name: 'After the delete' })
   t.ok(next.row.id > row.id, 'a later create gets a higher id')
+  // Clients that send a JSON Content-Type with every request send it with an empty DELETE too.
+  for (const contentType of ['application/json', 'text/plain']) {
+    const { row: other } = await create(a, { name: 'Deleted with a content type' })
+    const typed = await send(a, { method: 'DELETE', url: `/v1/categories/${other.id}`, headers: { 'content-type': contentType } })
+    t.equal(typed.statusCode, 204, `an empty body with Content-Type: ${contentType}`)
+  }
+  const { row: withBody } = await create(a, { name: 'Deleted with a body' })
+  const refused = await send(a, { method: 'DELETE', url: `/v1/categories/${withBody.id}`, ...json({ name: 'x' }) })
+  t.same(refused.json(), { code: 'UNSUPPORTED_MEDIA_TYPE', message: 'a DELETE takes no body', status: 415 })
+  t.equal((await send(a, { method: 'GET', url: `/v1/categories/${withBody.id}` })).statusCode, 200, 'not deleted')
 })
 
 t.test('a missing id is 404 and a malformed one 400, for PATCH and DELETE alike', async t => {
