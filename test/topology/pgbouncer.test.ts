@@ -22,6 +22,8 @@ import { ensurePgBouncer, startPgBouncer, type PgBouncer, type PoolMode } from '
 
 const API_KEY = 'pgbouncer-test-key'
 const CONSISTENCY_MS = 100
+/** An update or delete on one instance is in every other's list within a second (docs/api.md). */
+const FOLLOW_MS = 1000
 
 t.comment(ensurePgBouncer())
 const db = await testDatabase(t)
@@ -95,8 +97,9 @@ async function loadAndAudit (t: Test, instances: Instances, databaseUrl: string,
   t.ok(figures.acknowledged > 50, 'the load created categories')
 }
 
-async function send (base: string, method: 'GET' | 'POST', body?: unknown): Promise<{ status: number, body: string }> {
-  const res = await fetch(`${base}/v1/categories`, {
+async function send (base: string, method: 'GET' | 'POST' | 'PATCH' | 'DELETE', body?: unknown, id = ''):
+Promise<{ status: number, body: string }> {
+  const res = await fetch(`${base}/v1/categories${id === '' ? '' : `/${id}`}`, {
     method,
     headers: { authorization: `Bearer ${API_KEY}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
     body: body === undefined ? undefined : JSON.stringify(body),
@@ -125,6 +128,36 @@ async function crossInstanceProbe (t: Test, from: Instance, to: Instance, rounds
       else await sleep(2)
     }
     t.ok(seenAfter !== undefined, `create ${i} on ${from.name} is in ${to.name}'s list ${seenAfter === undefined ? 'never within 100 ms' : `in a list sent ${seenAfter.toFixed(1)} ms after the 201`}`)
+  }
+}
+
+/** Whether `to`'s list shows the category with this id by this name (undefined: not at all). */
+async function listed (to: Instance, id: string, name: string | undefined): Promise<boolean> {
+  const list = await send(to.url, 'GET')
+  const found = (JSON.parse(list.body) as Array<{ id: number, name: string }>).find(c => String(c.id) === id)
+  return list.status === 200 && found?.name === name
+}
+
+/** An update and a delete on `from`: in its own next list at once, in `to`'s within FOLLOW_MS. */
+async function crossInstanceChangeProbe (t: Test, from: Instance, to: Instance, rounds = 3): Promise<void> {
+  for (let i = 0; i < rounds; i++) {
+    const created = await send(from.url, 'POST', { name: `to change ${i}` })
+    const id = String((JSON.parse(created.body) as { id: number }).id)
+    for (const [method, name] of [['PATCH', `changed ${i}`], ['DELETE', undefined]] as const) {
+      await send(to.url, 'GET') // `to` holds whatever it caches
+      const answer = await send(from.url, method, method === 'PATCH' ? { name } : undefined, id)
+      t.equal(answer.status, method === 'PATCH' ? 200 : 204, `${method} ${i}`)
+      const answeredAt = performance.now()
+      t.ok(await listed(from, id, name), `${method} ${i} on ${from.name} is in its own next list`)
+      let seenAfter: number | undefined
+      while (seenAfter === undefined && performance.now() - answeredAt <= FOLLOW_MS) {
+        const sentAt = performance.now()
+        if (await listed(to, id, name)) seenAfter = sentAt - answeredAt
+        else await sleep(5)
+      }
+      t.ok(seenAfter !== undefined, `${method} ${i} on ${from.name} is in ${to.name}'s list ` +
+        (seenAfter === undefined ? `never within ${FOLLOW_MS} ms` : `in a list sent ${seenAfter.toFixed(1)} ms after it`))
+    }
   }
 }
 
@@ -192,9 +225,11 @@ for (const mode of ['transaction', 'session'] as PoolMode[]) {
       // One after the other: starting together is the next test's subject.
       const both = await instancesOn(t, bouncer.urlFor(url), { count: 2, label: mode, oneByOne: true })
       await loadAndAudit(t, both, url, 6000)
-      await t.test(`a create on one instance is in the other's list within ${CONSISTENCY_MS} ms`, async t => {
+      await t.test(`a create on one instance is in the other's list within ${CONSISTENCY_MS} ms, an update or delete ` +
+        `within ${FOLLOW_MS} ms`, async t => {
         const [a, b] = both.list as [Instance, Instance]
         await crossInstanceProbe(t, a, b)
+        await crossInstanceChangeProbe(t, a, b)
         const reads = async (source: string): Promise<number> => await metric(b, 'categories_list_reads_total', `{source="${source}"}`)
         t.comment(`B's list reads: ${JSON.stringify({ cache: await reads('cache'), database: await reads('database') })}`)
         if (mode === 'transaction') {
@@ -256,6 +291,8 @@ t.test('transaction pooling with DATABASE_DIRECT_URL: the change feed listens di
   const cacheReads = await metric(b, 'categories_list_reads_total', '{source="cache"}')
   await crossInstanceProbe(t, a, b)
   await crossInstanceProbe(t, b, a)
+  await crossInstanceChangeProbe(t, a, b)
+  await crossInstanceChangeProbe(t, b, a)
   t.ok(await metric(b, 'categories_list_reads_total', '{source="cache"}') > cacheReads, 'B served lists from its cache')
   await stopAll(t, instances)
 })
