@@ -2,6 +2,7 @@ import { Type } from 'typebox'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { Gauge } from 'prom-client'
+import { DATABASE_IN_RECOVERY, DatabaseUnavailableError } from '../db/errors.js'
 import { MIGRATIONS_TABLE, migrationNames } from '../db/migrate.js'
 import { errorResponses, serviceUnavailable } from './errors.js'
 
@@ -26,7 +27,9 @@ async function health (app: FastifyInstance): Promise<void> {
          FROM ${MIGRATIONS_TABLE} WHERE name = ANY($1)`, [migrations])
       row = rows[0]
     } catch (error) {
-      return { reason: 'database_unavailable', error }
+      // A new connection that reaches a standby is refused (db/servers.ts): the database is there, but takes no writes.
+      const standby = error instanceof DatabaseUnavailableError && error.reason === DATABASE_IN_RECOVERY
+      return { reason: standby ? 'database_read_only' : 'database_unavailable', error }
     }
     // A standby (in recovery) or a read-only database answers reads and this query, but refuses every create.
     if (row?.writable !== true) {
