@@ -30,7 +30,7 @@ async function main (): Promise<void> {
   const perCpu: Record<'static' | 'managed', number[]> = { static: [], managed: [] }
   try {
     await seedBySql(databaseUrl, 100)
-    const output = execFileSync(process.execPath, [path.join(import.meta.dirname, '..', 'dist', 'keys.js'), 'create', '--name', 'bench', '--scope', 'read'],
+    const output = execFileSync(process.execPath, [path.join(import.meta.dirname, '..', 'dist', 'keys', 'command.js'), 'create', '--name', 'bench', '--scope', 'read'],
       { env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl }, encoding: 'utf8' })
     const managed = { authorization: `Bearer ${output.trimEnd().split('\n').at(-1) ?? ''}` }
     const headers = { static: AUTH, managed }

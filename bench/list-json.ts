@@ -66,7 +66,7 @@ async function main (): Promise<void> {
         const copy = await copyMs(databaseUrl)
         const cpu = process.cpuUsage()
         const started = performance.now()
-        await table.listJson(1024n, () => {})
+        await table.listJson(1024, () => {})
         const ms = performance.now() - started
         const entry = { writerCpuMs, ms, cpuMs: cpuMs(cpu), ratio: ms / copy }
         await db.pool.end()

@@ -12,7 +12,7 @@ declare module 'fastify' {
   interface FastifyInstance {
     db: Database
     changeFeed: ChangeFeed
-    collection: <New extends object, T extends Row>(options: CollectionOptions) => Collection<New, T>
+    collection: <New extends object, T extends Row>(options: CollectionOptions<T>) => Collection<New, T>
     /** Refuses (StartupError) when a collection's table or its change-notification triggers are missing. */
     verifyTables: () => Promise<void>
   }
@@ -42,7 +42,7 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
   const tables: Array<{ problem: () => Promise<string | undefined> }> = []
   app.decorate('db', db)
   app.decorate('changeFeed', feed)
-  app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions) => {
+  app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions<T>) => {
     const made = new Collection<New, T>({ db, feed, idempotency, registry: app.metrics }, collection)
     tables.push(made.table)
     return made
