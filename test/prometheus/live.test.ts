@@ -106,25 +106,34 @@ const databaseAlert = async (): Promise<Alert | undefined> =>
 async function load (stop: () => boolean): Promise<Map<number, number>> {
   const statuses = new Map<number, number>()
   const auth = { authorization: `Bearer ${KEY}` }
-  const requests: Array<() => Promise<Response>> = [
+  // Each client updates and then deletes the category it created last.
+  const requests: Array<(created: string) => Promise<Response>> = [
     async () => await fetch(`${api}/v1/categories`, {
       method: 'POST',
       headers: { ...auth, 'content-type': 'application/json' },
       body: JSON.stringify({ name: `load ${Math.random()}` })
     }),
     async () => await fetch(`${api}/v1/categories`, { headers: { ...auth, 'accept-encoding': 'gzip' } }),
-    async () => await fetch(`${api}/v1/categories/1`, { headers: auth }),
+    async (created) => await fetch(`${api}/v1/categories/${created}`, { headers: auth }),
+    async (created) => await fetch(`${api}/v1/categories/${created}`, {
+      method: 'PATCH',
+      headers: { ...auth, 'content-type': 'application/merge-patch+json' },
+      body: JSON.stringify({ description: 'updated under load' })
+    }),
     async () => await fetch(`${api}/v1/pets/1`, { headers: auth }),
     async () => await fetch(`${api}/v1/categories`, {
       headers: { authorization: 'Bearer wrong', 'x-forwarded-for': ATTACKER }
-    })
+    }),
+    async (created) => await fetch(`${api}/v1/categories/${created}`, { method: 'DELETE', headers: auth })
   ]
   const client = async (): Promise<void> => {
+    let created = '1'
     for (let i = 0; !stop(); i++) {
-      const request = requests[i % requests.length] as () => Promise<Response>
-      const res = await request().catch(() => undefined)
-      await res?.arrayBuffer()
+      const request = requests[i % requests.length] as (created: string) => Promise<Response>
+      const res = await request(created).catch(() => undefined)
+      const body = await res?.text()
       const status = res?.status ?? 0
+      if (status === 201) created = String((JSON.parse(body ?? '{}') as { id: unknown }).id)
       statuses.set(status, (statuses.get(status) ?? 0) + 1)
       await sleep(20)
     }
@@ -174,7 +183,7 @@ t.test('under load: the service\'s own metric names pass promtool check metrics'
   const started = Date.now()
   const statuses = await load(() => Date.now() - started > LOAD_MS)
   t.comment(`answers by status: ${JSON.stringify(Object.fromEntries(statuses))}`)
-  for (const status of [200, 201, 401, 429, 501]) t.ok((statuses.get(status) ?? 0) > 0, `the load met ${status}`)
+  for (const status of [200, 201, 204, 401, 429, 501]) t.ok((statuses.get(status) ?? 0) > 0, `the load met ${status}`)
   const scrape = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text()
   const checked = await new Promise<{ code: number | null, output: string }>(resolve => {
     const child = execFile('promtool', ['check', 'metrics'], (err, stdout, stderr) => {
@@ -187,6 +196,8 @@ t.test('under load: the service\'s own metric names pass promtool check metrics'
   // prom-client's default nodejs_active_*_total gauges are the library's names (issue 41 leaves them).
   t.same(complaints.filter(line => !line.startsWith('nodejs_')), [], 'nothing about the service\'s own metrics')
   t.ok(scrape.includes('\nhealth_ready 1\n'), 'ready under load')
+  const removed = /^categories_list_rows_changed_total\{change="removed"\} [1-9]/m
+  t.match(scrape, removed, 'the cached list followed the deletes')
 })
 
 t.test('a database outage: PetstoreDatabaseUnavailable fires during it and resolves after it', async t => {
