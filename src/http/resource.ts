@@ -191,7 +191,10 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
           response: {
             204: { type: 'null', description: 'Deleted and committed; no body' },
             ...errorResponses([400, 401, 403, 404, 412, 415, 429, 500, 503], {
-              400: invalidId, 404: notFoundExample, 412: preconditionMessage(singular, 42n), 415: 'a DELETE takes no body'
+              400: invalidId,
+              404: notFoundExample,
+              412: preconditionMessage(singular, 42n),
+              415: 'a DELETE takes no body'
             })
           }
         },
