@@ -121,6 +121,7 @@ t.test('every rendered object is valid against the Kubernetes API schemas', asyn
     'config.trustProxy=true', 'config.logLevel=warn', 'args={node,--max-old-space-size=1024,dist/server.js}',
     'config.corsOrigins=https://app.example.com', 'tracing.endpoint=http://otel-collector:4318', 'tracing.samplerArg=0.25',
     'service.type=LoadBalancer', 'metrics.enabled=false', 'metrics.service.enabled=true', 'metrics.serviceMonitor.enabled=true',
+    'metrics.prometheusRule.enabled=true', 'metrics.grafanaDashboard.enabled=true',
     'networkPolicy.enabled=true', 'podDisruptionBudget.enabled=false', 'migration.enabled=false', 'topologySpread.enabled=false',
     'terminationGracePeriodSeconds=60', 'resources.limits.memory=1Gi'
   ]
@@ -136,7 +137,8 @@ t.test('every rendered object is valid against the Kubernetes API schemas', asyn
       await t.resolves(validateAgainstSchema(object), `${label}: ${object.kind} ${object.metadata.name}`)
     }
   }
-  t.same(new Set(everything.map(o => o.kind)), new Set(['Deployment', 'Secret', 'Service', 'PodDisruptionBudget', 'HorizontalPodAutoscaler', 'NetworkPolicy', 'ServiceMonitor', 'Job']), 'every option renders every kind')
+  t.same(new Set(everything.map(o => o.kind)), new Set(['Deployment', 'Secret', 'Service', 'PodDisruptionBudget', 'HorizontalPodAutoscaler', 'NetworkPolicy', 'ServiceMonitor',
+    'PrometheusRule', 'ConfigMap', 'Job']), 'every option renders every kind')
   await t.rejects(validateAgainstSchema({ ...find(defaults, 'Deployment'), spec: { ...find(defaults, 'Deployment').spec, replicas: 'two' } }), 'the validation can fail')
 })
 
@@ -327,6 +329,43 @@ t.test('the metrics port is never in the public Service; its own Service and Ser
   t.equal(envOf(api(off)).get('METRICS_PORT')?.value, '0', 'metrics off: the listener is not started')
   t.same(api(off).ports.map((p: { name: string }) => p.name), ['http'])
   t.notOk(has(off, 'ServiceMonitor'))
+})
+
+t.test('the PrometheusRule is deploy/prometheus\'s rules file, and the dashboard ConfigMap its JSON, only when asked', async t => {
+  const rulesFile = readFileSync('deploy/prometheus/petstore-rules.yaml', 'utf8')
+  const dashboardFile = JSON.parse(readFileSync('deploy/grafana/petstore-dashboard.json', 'utf8'))
+  t.notOk(has(defaults, 'PrometheusRule') || has(defaults, 'ConfigMap'), 'defaults: neither')
+  const values = parse(readFileSync(allOptions, 'utf8')) as { metrics: { prometheusRule: { runbookBaseUrl: string } } }
+  const base = values.metrics.prometheusRule.runbookBaseUrl
+  // The two substitutions docs/operations.md documents, and nothing else.
+  const substituted = (selector: string, runbookBase: string): unknown => parse(rulesFile
+    .replaceAll('job="petstore"', selector)
+    .replaceAll('runbook_url: docs/operations.md#', `runbook_url: ${runbookBase}docs/operations.md#`))
+  t.ok(rulesFile.split('job="petstore"').length > 10, 'the rules file selects job="petstore" throughout')
+  const rule = find(everything, 'PrometheusRule')
+  t.same(rule.spec, substituted('job="rel-petstore-metrics",namespace="pets"', base),
+    'the ServiceMonitor\'s series (job: the metrics Service), runbook links under runbookBaseUrl')
+  t.equal(rule.metadata.labels?.release, 'prometheus', 'with the labels the Prometheus selects rules by')
+  const urls = (rule.spec.groups as Array<{ rules: Array<{ annotations?: { runbook_url?: string } }> }>)
+    .flatMap(group => group.rules.flatMap(r => r.annotations?.runbook_url ?? []))
+  t.ok(urls.length > 0 && urls.every(url => url.startsWith(`${base}docs/operations.md#`)), `${urls.length} runbook links`)
+  const chosen = 'job="petstore-prod"'
+  const selected = find(await render([], ['metrics.prometheusRule.enabled=true', `metrics.prometheusRule.selector=${chosen}`]),
+    'PrometheusRule')
+  t.same(selected.spec, substituted(chosen, ''), 'a selector of your own; without a base, the links stay as in the file')
+
+  const dashboard = find(everything, 'ConfigMap', 'rel-petstore-dashboard')
+  t.same(JSON.parse((dashboard as { data?: Record<string, string> }).data?.['petstore-dashboard.json'] ?? ''), dashboardFile,
+    'the dashboard, byte for byte as JSON')
+  t.equal(dashboard.metadata.labels?.grafana_dashboard, '1', 'the label Grafana\'s sidecar watches by default')
+  t.equal(dashboard.metadata.annotations?.grafana_folder, 'Petstore')
+
+  const off = await render([allOptions], ['metrics.enabled=false'])
+  t.notOk(has(off, 'PrometheusRule') || has(off, 'ConfigMap'), 'metrics off: no rules, no dashboard')
+  for (const wrong of ['metrics.prometheusRule.runbookBaseUrl=https://git.example.com/petstore',
+    'metrics.prometheusRule.selector=job=petstore']) {
+    t.not((await helmRun(['lint', '--strict', chart, '--set', wrong])).code, 0, `refused: ${wrong}`)
+  }
 })
 
 t.test('several replicas, a rollout that never drops below them, a disruption budget and CPU autoscaling', async t => {

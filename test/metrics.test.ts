@@ -21,7 +21,7 @@ t.test('Prometheus metrics on their own port: request duration by route and stat
   t.match(text, /http_request_duration_seconds_count\{method="GET",route="\/v1\/categories",status="200"\} 1/)
   t.match(text, /http_request_duration_seconds_count\{method="GET",route="\/v1\/categories\/:id",status="404"\} 1/, 'the route pattern, not the raw URL')
   t.match(text, /http_request_duration_seconds_count\{method="GET",route="unmatched",status="404"\} 1/)
-  for (const gauge of ['db_pool_connections_total', 'db_pool_connections_idle', 'db_pool_requests_waiting']) {
+  for (const gauge of ['db_pool_connections', 'db_pool_connections_idle', 'db_pool_requests_waiting']) {
     t.match(text, new RegExp(`^${gauge} \\d+$`, 'm'), gauge)
   }
   const other = await fetch(`http://127.0.0.1:${port}/other`)

@@ -5,6 +5,7 @@ import fp from 'fastify-plugin'
 import { sha256 } from '../config.js'
 import { ApiKeyStore, wellFormedKey, type AuthenticatedKey } from '../keys/store.js'
 import { ApiError } from './errors.js'
+import { registerKeyStoreMetrics } from './metrics.js'
 
 const REALM = 'Bearer realm="petstore"'
 const READ_METHODS = new Set(['GET', 'HEAD'])
@@ -39,6 +40,7 @@ async function auth (app: FastifyInstance, options: { digests: Buffer[] }): Prom
     .reduce<AuthenticatedKey | undefined>((found, key) => timingSafeEqual(key.digest, digest) ? key : found, undefined)
   const store = new ApiKeyStore(app.db, app.changeFeed, app.log)
   app.decorate('apiKeys', store)
+  registerKeyStoreMetrics(app.metrics, store)
   app.addHook('onReady', async () => { await store.start() })
   app.addHook('onClose', async () => { await store.stop() })
   app.decorateRequest('apiKey', null)

@@ -38,11 +38,33 @@ export function registerPoolMetrics (registry: Registry, pool: pg.Pool): void {
   const registers = [registry]
   const poolGauge = (name: string, help: string, read: () => number): Gauge =>
     new Gauge({ name, help, registers, collect () { this.set(read()) } })
-  poolGauge('db_pool_connections_total', 'Connections the pool holds', () => pool.totalCount)
+  poolGauge('db_pool_connections', 'Connections the pool holds, idle or in use', () => pool.totalCount)
   poolGauge('db_pool_connections_idle', 'Idle connections in the pool', () => pool.idleCount)
   poolGauge('db_pool_requests_waiting', 'Queries waiting for a connection', () => pool.waitingCount)
   const errors = new Counter({ name: 'db_pool_errors_total', help: 'Errors on idle pool connections', registers })
   pool.on('error', () => { errors.inc() })
+}
+
+export function registerKeyStoreMetrics (registry: Registry, store: { activeCount: number, reloadFailures: number }):
+void {
+  const registers = [registry]
+  /* eslint-disable no-new */
+  new Gauge({
+    name: 'api_keys_active',
+    help: 'Managed API keys that authenticate now, as last read from the database',
+    registers,
+    collect () { this.set(store.activeCount) }
+  })
+  new Counter({
+    name: 'api_keys_reload_failures_total',
+    help: 'Reads of the managed API keys that failed; the keys read before keep working',
+    registers,
+    collect () {
+      this.reset()
+      this.inc(store.reloadFailures)
+    }
+  })
+  /* eslint-enable no-new */
 }
 
 function metricsRouteError (req: IncomingMessage): ApiError | undefined {

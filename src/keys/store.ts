@@ -53,6 +53,8 @@ interface KeyRow { id: bigint, scope: Scope, digest: Buffer, rate: number | null
  * vouch that it hears (a change holds everywhere within a second). A failed read keeps the keys; expiry is per request.
  */
 export class ApiKeyStore {
+  /** Reads that failed (the keys known before kept working): api_keys_reload_failures_total. */
+  reloadFailures = 0
   private keys = new Map<string, AuthenticatedKey>()
   private readonly used = new Set<string>()
   private loading: Promise<void> | undefined
@@ -69,6 +71,12 @@ export class ApiKeyStore {
     if (key === undefined || key.expiresAt <= Date.now()) return undefined
     this.used.add(key.id)
     return key
+  }
+
+  /** Managed keys that authenticate now, as last read. */
+  get activeCount (): number {
+    const now = Date.now()
+    return [...this.keys.values()].filter(key => key.expiresAt > now).length
   }
 
   async start (): Promise<void> {
@@ -108,6 +116,7 @@ export class ApiKeyStore {
       if (this.failing) this.log.info({ keys: rows.length }, 'API keys read from the database again')
       this.failing = false
     } catch (err) {
+      this.reloadFailures++
       if (!this.failing) this.log.warn({ err }, 'API keys could not be read; the keys known before keep working')
       this.failing = true
     }

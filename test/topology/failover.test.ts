@@ -44,7 +44,7 @@ async function failover (t: Test, order: Order, tag: string): Promise<void> {
   const proxy = await TcpProxy.start({ host: '127.0.0.1', port: primary.port }, await nextPort())
   t.teardown(async () => { await proxy.close() })
   const apiKey = `topology-${randomBytes(8).toString('hex')}`
-  const instances = await startInstances(t, { count: 2, databaseUrl: proxy.url(primary.url('petstore')), apiKey })
+  const instances = await startInstances(t, { count: 2, databaseUrl: proxy.url(primary.url('petstore')), apiKey, metrics: true })
   // A long list: list reads from the database are builds (one snapshot, COPY).
   await primary.query("INSERT INTO categories (name) SELECT 'seeded ' || i FROM generate_series(1, $1::int) AS i", [SEED_ROWS], 'petstore')
   const before = await tableRows(primary.url('petstore'))
@@ -73,6 +73,11 @@ async function failover (t: Test, order: Order, tag: string): Promise<void> {
       for (const url of instances.urls) ready.push(await fetch(`${url}/health/ready`, { signal: AbortSignal.timeout(5000) }).then(res => res.status, () => 0))
     }
     t.same([...new Set(ready)], [503], `readiness is 503 on both instances while they reach a standby (${ready.length} probes)`)
+    for (const instance of instances.list) {
+      const metrics = await (await fetch(instance.metricsUrl ?? '')).text()
+      t.match(metrics, /^health_not_ready\{reason="database_read_only"\} 1$/m,
+        `${instance.name}: its metrics say the database refuses writes (PetstoreDatabaseRefusingWrites)`)
+    }
     await standby.promote()
     promotedAt = performance.now()
   }
