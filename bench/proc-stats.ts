@@ -1,11 +1,16 @@
 /*
- * Memory and CPU of processes, read from /proc (Linux). Peak RSS is the larger
- * of VmHWM (reset through clear_refs when the kernel allows it) and the highest
- * VmRSS seen by polling, so a short spike between polls is not missed.
+ * Memory and CPU of processes, read from /proc (Linux). Peak RSS is the larger of VmHWM (reset through clear_refs
+ * when the kernel allows it) and the highest VmRSS seen by polling, so a short spike between polls is not missed.
  */
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs'
 
 const CLOCK_TICKS_PER_SECOND = 100
+const RSS_POLL_MS = 50
+/** /proc/<pid>/stat after the command's closing parenthesis: utime and stime are the 12th and 13th fields. */
+const UTIME_FIELD = 11
+const STIME_FIELD = 12
+/** clear_refs: 5 resets the peak RSS (VmHWM). */
+const RESET_PEAK_RSS = '5'
 
 function statusField (pid: number, field: 'VmRSS' | 'VmHWM'): number {
   const match = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
@@ -13,18 +18,30 @@ function statusField (pid: number, field: 'VmRSS' | 'VmHWM'): number {
 }
 
 export function rssBytes (pid: number): number {
-  try { return statusField(pid, 'VmRSS') } catch { return 0 }
-}
-
-/** CPU seconds (user + system) the process has used so far. */
-export function cpuSeconds (pid: number): number {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND
+    return statusField(pid, 'VmRSS')
   } catch {
     return 0
   }
+}
+
+/** CPU seconds a process has used so far, in user space and in the kernel. */
+export function cpuSplit (pid: number): { user: number, system: number } {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return {
+      user: Number(fields[UTIME_FIELD]) / CLOCK_TICKS_PER_SECOND,
+      system: Number(fields[STIME_FIELD]) / CLOCK_TICKS_PER_SECOND
+    }
+  } catch {
+    return { user: 0, system: 0 }
+  }
+}
+
+export function cpuSeconds (pid: number): number {
+  const { user, system } = cpuSplit(pid)
+  return user + system
 }
 
 function parentPid (pid: string): number {
@@ -33,20 +50,20 @@ function parentPid (pid: string): number {
 }
 
 /**
- * CPU seconds used so far by a PostgreSQL server: its postmaster and the
- * processes it forked. Without a postmaster pid (a DATABASE_URL server), every
- * process named `postgres` on the machine.
+ * CPU seconds used so far by a PostgreSQL server: its postmaster and the processes it forked; without a
+ * postmaster pid (DATABASE_URL), every process named `postgres` on the machine.
  */
-export function postgresCpuSeconds (postmasterPid?: number): number {
+export function postgresCpuSeconds (postmasterPid: number | undefined): number {
   let total = 0
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
+  for (const entry of readdirSync('/proc').filter(name => /^\d+$/.test(name))) {
     try {
       const ours = postmasterPid === undefined
         ? readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres'
         : Number(entry) === postmasterPid || parentPid(entry) === postmasterPid
       if (ours) total += cpuSeconds(Number(entry))
-    } catch { /* the process ended while we looked */ }
+    } catch {
+      // the process ended while we looked
+    }
   }
   return total
 }
@@ -58,22 +75,26 @@ export function machineBusyCpuSeconds (): number {
   return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS_PER_SECOND
 }
 
-export interface PeakRss { stop: () => number }
-
 /** Starts watching the peak RSS of `pid`; stop() returns it in bytes. */
-export function watchPeakRss (pid: number, intervalMs = 50): PeakRss {
+export function watchPeakRss (pid: number): { stop: () => number } {
   let canReset = true
-  try { writeFileSync(`/proc/${pid}/clear_refs`, '5') } catch { canReset = false }
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, RESET_PEAK_RSS)
+  } catch {
+    canReset = false
+  }
   let peak = rssBytes(pid)
-  const timer = setInterval(() => { peak = Math.max(peak, rssBytes(pid)) }, intervalMs)
+  const timer = setInterval(() => { peak = Math.max(peak, rssBytes(pid)) }, RSS_POLL_MS)
   return {
     stop: () => {
       clearInterval(timer)
       peak = Math.max(peak, rssBytes(pid))
-      if (canReset) {
-        try { peak = Math.max(peak, statusField(pid, 'VmHWM')) } catch { /* the process is gone */ }
+      if (!canReset) return peak
+      try {
+        return Math.max(peak, statusField(pid, 'VmHWM'))
+      } catch {
+        return peak
       }
-      return peak
     }
   }
 }
