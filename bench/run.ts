@@ -8,14 +8,17 @@ import os from 'node:os'
 import path from 'node:path'
 import { type ScenarioGroup, type Section, buildSource, markdown } from './report.js'
 import { bigList } from './scenarios/big-list.js'
+import { compression } from './scenarios/compression.js'
 import { fleet } from './scenarios/fleet.js'
 import { page } from './scenarios/page.js'
 import { profile } from './scenarios/profile.js'
 import { sideBySide } from './scenarios/side-by-side.js'
+import { soak } from './scenarios/soak.js'
+import { tracing } from './scenarios/tracing.js'
 import { ROOT, ensurePeers, log, startPostgres } from './servers.js'
 import { ensureWrk } from './wrk.js'
 
-const GROUPS: ScenarioGroup[] = [sideBySide, page, bigList, fleet, profile]
+const GROUPS: ScenarioGroup[] = [sideBySide, page, bigList, fleet, compression, tracing, soak, profile]
 
 function chosenIds (): string[] {
   const asked = (process.env.BENCH_SCENARIOS ?? '').split(',').filter(id => id !== '')
