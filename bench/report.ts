@@ -65,6 +65,9 @@ export function verdictText (met: boolean | undefined): string {
   return met ? '**met**' : '**not met**'
 }
 
+/** `git status --porcelain`: two status letters and a space before each path. */
+const PORCELAIN_PATH_AT = 3
+
 function git (...args: string[]): string {
   try {
     return execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trimEnd()
@@ -76,7 +79,7 @@ function git (...args: string[]): string {
 /** The commit the service was built from (and uncommitted files under src/ and migrations/), read as the run began. */
 export function buildSource (): string {
   const dirty = git('status', '--porcelain', '--', 'src', 'migrations')
-  const files = dirty.split('\n').map(line => line.slice('?? '.length)).join(', ')
+  const files = dirty.split('\n').map(line => line.slice(PORCELAIN_PATH_AT)).join(', ')
   return `\`${git('log', '-1', '--format=%h %s')}\`${dirty === '' ? '' : `, plus uncommitted changes in ${files}`}`
 }
 

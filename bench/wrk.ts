@@ -62,7 +62,8 @@ interface WrkResult {
 }
 
 /** wrk's own threads: one by default, so the load generator never takes more than one of two cores. */
-const threads = (): number => Math.max(1, numberFromEnv('BENCH_WRK_THREADS', 1))
+const threads = (spec: LoadSpec): number =>
+  Math.min(Math.max(1, numberFromEnv('BENCH_WRK_THREADS', 1)), spec.connections)
 
 /** Installs Debian's wrk when it is missing; returns its version line. */
 export function ensureWrk (): string {
@@ -86,7 +87,7 @@ function scriptEnv (spec: LoadSpec, deleteStream: number, deleteStreams: number)
     BENCH_WRK_KIND: spec.kind,
     BENCH_WRK_PREFIX: spec.namePrefix ?? 'bench',
     BENCH_WRK_EVERY: String(ONE_WRITE_IN),
-    BENCH_WRK_THREADS: String(threads()),
+    BENCH_WRK_THREADS: String(threads(spec)),
     BENCH_WRK_DELAY_MS: String(spec.delayMs ?? 0)
   }
   if (spec.updateIds !== undefined) {
@@ -107,7 +108,7 @@ function scriptEnv (spec: LoadSpec, deleteStream: number, deleteStreams: number)
 
 async function wrk (spec: LoadSpec, durationS: number, env: NodeJS.ProcessEnv): Promise<WrkResult> {
   const headers = Object.entries(spec.headers ?? AUTH).flatMap(([name, value]) => ['-H', `${name}: ${value}`])
-  const connections = ['-t', String(Math.min(threads(), spec.connections)), '-c', String(spec.connections)]
+  const connections = ['-t', String(threads(spec)), '-c', String(spec.connections)]
   const target = `${spec.url}${spec.path ?? LIST_PATH}`
   const args = [...connections, '-d', `${durationS}s`, '--timeout', TIMEOUT, ...headers, '-s', SCRIPT, target]
   const child = spawn('wrk', args, { stdio: ['ignore', 'pipe', 'pipe'], env })
