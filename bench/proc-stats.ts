@@ -6,9 +6,11 @@ import { readFileSync, readdirSync, writeFileSync } from 'node:fs'
 
 const CLOCK_TICKS_PER_SECOND = 100
 const RSS_POLL_MS = 50
-/** /proc/<pid>/stat after the command's closing parenthesis: utime and stime are the 12th and 13th fields. */
+/** /proc/<pid>/stat after the command's closing parenthesis: utime, stime, then cutime and cstime (reaped children). */
 const UTIME_FIELD = 11
 const STIME_FIELD = 12
+const CUTIME_FIELD = 13
+const CSTIME_FIELD = 14
 /** clear_refs: 5 resets the peak RSS (VmHWM). */
 const RESET_PEAK_RSS = '5'
 
@@ -25,17 +27,16 @@ export function rssBytes (pid: number): number {
   }
 }
 
-/** CPU seconds a process has used so far, in user space and in the kernel. */
-export function cpuSplit (pid: number): { user: number, system: number } {
+/** CPU seconds a process has used so far, in user space and in the kernel, and its reaped children in all. */
+export function cpuSplit (pid: number): { user: number, system: number, children: number } {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return {
-      user: Number(fields[UTIME_FIELD]) / CLOCK_TICKS_PER_SECOND,
-      system: Number(fields[STIME_FIELD]) / CLOCK_TICKS_PER_SECOND
-    }
+    const seconds = (field: number): number => Number(fields[field]) / CLOCK_TICKS_PER_SECOND
+    const children = seconds(CUTIME_FIELD) + seconds(CSTIME_FIELD)
+    return { user: seconds(UTIME_FIELD), system: seconds(STIME_FIELD), children }
   } catch {
-    return { user: 0, system: 0 }
+    return { user: 0, system: 0, children: 0 }
   }
 }
 
@@ -50,11 +51,11 @@ function parentPid (pid: string): number {
 }
 
 /**
- * CPU seconds used so far by a PostgreSQL server: its postmaster and the processes it forked; without a
- * postmaster pid (DATABASE_URL), every process named `postgres` on the machine.
+ * CPU seconds used so far by a PostgreSQL server: its postmaster, the backends it runs and those it reaped (a pool
+ * that reconnects takes no CPU with it); without a postmaster pid (DATABASE_URL), every `postgres` process running.
  */
 export function postgresCpuSeconds (postmasterPid: number | undefined): number {
-  let total = 0
+  let total = postmasterPid === undefined ? 0 : cpuSplit(postmasterPid).children
   for (const entry of readdirSync('/proc').filter(name => /^\d+$/.test(name))) {
     try {
       const ours = postmasterPid === undefined

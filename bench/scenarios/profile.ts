@@ -127,7 +127,7 @@ async function profileWindow (server: RunningServer, window: typeof WINDOWS[numb
   const measures = async (): Promise<number[]> =>
     await Promise.all(MEASURES.map(async name => await metricTotal(server, name)))
   const before = await measures()
-  let start = { us: 0, cpu: { user: 0, system: 0 }, db: 0 }
+  let start = { us: 0, cpu: { user: 0, system: 0, children: 0 }, db: 0 }
   const spec = { url: server.url, kind: window.kind, headers, connections, durationS, warmupS, namePrefix: 'profile' }
   const result = await runLoad(spec, () => {
     start = { us: nowUs(), cpu: cpuSplit(server.pid), db: postgresCpuSeconds(postmasterPid) }

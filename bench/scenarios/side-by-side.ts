@@ -103,7 +103,8 @@ function baseline (results: Measurement[], scenario: string, against: Check['aga
 function ratio (results: Measurement[], scenario: string, check: Check): number | undefined {
   const service = find(results, 'service', scenario)
   const other = baseline(results, check.scenario ?? scenario, check.against)
-  if (service === undefined || other === undefined) return undefined
+  // A server that answered nothing within a window (a slow list, a short window) has no ratio.
+  if (service === undefined || other === undefined || other.rps === 0) return undefined
   return service.rps / other.rps
 }
 
