@@ -131,7 +131,7 @@ grep -q 'canceling statement due to statement timeout' <<<"$(psql_as petstore "$
   && pass "the same statement as petstore is cancelled at 5 s" || fail "petstore's 5.5 s statement was not cancelled"
 
 step "managed keys: issued and revoked with docker compose run while the API runs"
-keys() { c run --rm -T migrate node dist/keys.js "$@" 2>>"$work/keys.err"; }
+keys() { c run --rm -T migrate node dist/keys/command.js "$@" 2>>"$work/keys.err"; }
 created=$(keys create --name compose-reader --scope read) || { cat "$work/keys.err"; fail "keys create"; }
 managed=$(tail -n1 <<<"$created")
 [[ "$managed" =~ ^petstore_[0-9A-Za-z]{36}$ ]] && pass "keys create: the key alone on its last line" || fail "keys create printed: $created"

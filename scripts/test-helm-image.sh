@@ -146,8 +146,8 @@ uid=$("$engine" exec "$api" id -u)
 [ "$uid" = 1000 ] && pass "runs as uid 1000" || fail "runs as uid $uid"
 "$engine" exec "$api" sh -c 'touch /app/x || touch /tmp/x' 2>/dev/null && fail "the root file system is writable" || pass "root file system read-only (/app, /tmp)"
 create_and_list "$base" "$key" "helm-test"
-# What `kubectl exec deploy/petstore -- node dist/keys.js ...` runs: the command in the pod's container, with its environment.
-managed=$("$engine" exec "$api" node dist/keys.js create --name helm-writer --scope write 2>"$work/keys.err" | tail -n1) \
+# What `kubectl exec deploy/petstore -- node dist/keys/command.js ...` runs: the command in the pod's container, with its environment.
+managed=$("$engine" exec "$api" node dist/keys/command.js create --name helm-writer --scope write 2>"$work/keys.err" | tail -n1) \
   || { cat "$work/keys.err"; fail "keys create in the pod's container"; }
 [[ "$managed" =~ ^petstore_[0-9A-Za-z]{36}$ ]] && pass "keys create in the pod's container: a key on its last line" \
   || { cat "$work/keys.err"; fail "keys create printed: $managed"; }

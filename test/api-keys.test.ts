@@ -2,14 +2,14 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
 import { sha256 } from '../src/config.js'
-import { generateKey, keyPrefix, wellFormedKey } from '../src/http/api-keys.js'
+import { generateKey, keyPrefix, wellFormedKey } from '../src/keys/store.js'
 import { AUTH, testApp, until } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
 import { TcpProxy } from './helpers/tcp-proxy.js'
 
 /*
- * Managed keys (src/http/api-keys.ts): two instances on one database, as a deployment runs them. Keys are written
+ * Managed keys (src/keys/store.ts): two instances on one database, as a deployment runs them. Keys are written
  * with SQL as `npm run keys` writes them (test/keys-command.test.ts runs the command itself).
  */
 

@@ -8,12 +8,14 @@ import { TEST_KEY, listeningApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
 import { EnvSchema } from '../src/config.js'
+import { runMigrations } from '../src/db/migrate.js'
 
 /*
  * What the documentation tells a newcomer to copy works as written: the README's
  * TypeScript client program, run by the README's own commands in a fresh checkout
- * against a live service. And every setting the service reads is documented alike in
- * the README's configuration table, .env.example and the Helm chart.
+ * against a live service, and the documented way to list keys as JSON. And every
+ * setting the service reads is documented alike in the README's configuration table,
+ * .env.example and the Helm chart.
  */
 
 t.setTimeout(240000)
@@ -60,6 +62,13 @@ async function freshCheckout (t: Test): Promise<string> {
   return copy
 }
 
+let checkout: Promise<string> | undefined
+/** One fresh checkout for this file's tests, each building it as its commands do (the second build finds it built). */
+async function sharedCheckout (): Promise<string> {
+  checkout ??= freshCheckout(t)
+  return await checkout
+}
+
 t.test('the README\'s TypeScript client program runs as written, by its commands, in a fresh checkout', async t => {
   const db = await testDatabase(t)
   const { port } = await listeningApp(t, db.url)
@@ -69,7 +78,7 @@ t.test('the README\'s TypeScript client program runs as written, by its commands
   const file = /\S+\.ts\b/.exec(commands)?.[0]
   const printed = /# prints: (.+)$/m.exec(commands)?.[1]
   if (file === undefined || printed === undefined) throw new Error('the README\'s commands name no program file, or not what it prints')
-  const copy = await freshCheckout(t)
+  const copy = await sharedCheckout()
   await writeFile(path.join(copy, file), program)
   // What npm start leaves for the commands: the development key (here, the test service's key).
   await mkdir(path.join(copy, 'data'))
@@ -91,6 +100,25 @@ t.test('the README\'s TypeScript client program runs as written, by its commands
   const options = ['--noEmit', '--strict', '--skipLibCheck', '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--lib', 'ES2023,DOM', '--types', 'node']
   const reported = await run(process.execPath, [tsc, ...options, file], { cwd: copy }).then(() => '', (error: { stdout: string }) => error.stdout)
   t.equal(reported, '', 'tsc --strict reports nothing')
+})
+
+t.test('the documented way to list keys as JSON prints JSON alone, in a fresh checkout', async t => {
+  const documented = new Set<string>()
+  for (const file of ['README.md', 'docs/deployment.md']) {
+    const lines = (await readFile(file, 'utf8')).split('\n').filter(line => /^npm run .*keys -- list --json/.test(line))
+    t.ok(lines.length > 0, `${file} shows it`)
+    for (const line of lines) documented.add(line.replace(/\s+#.*$/, ''))
+  }
+  const db = await testDatabase(t)
+  await runMigrations(db.url, { info: () => {}, warn: () => {}, error: () => {} })
+  await withClient(db.url, async client => await client.query(`INSERT INTO api_keys (name, scope, prefix, digest)
+    VALUES ('documented', 'read', 'petstore_abcd', decode(repeat('ab', 32), 'hex'))`))
+  const copy = await sharedCheckout()
+  for (const command of documented) {
+    const { stdout } = await run('sh', ['-ec', command], { cwd: copy, env: { ...process.env, DATABASE_URL: db.url } })
+    // npm's banner ("> petstore@1.0.0 keys") before the JSON makes JSON.parse throw, and the test fail with it.
+    t.match(JSON.parse(stdout), [{ id: Number, name: 'documented', scope: 'read' }], `${command}: stdout is the JSON`)
+  }
 })
 
 /** Every variable of src/config.ts's EnvSchema, and its default when it has one. */
@@ -160,7 +188,8 @@ t.test('every npm run command the documents show is a script of package.json', a
   const { scripts } = JSON.parse(await readFile('package.json', 'utf8')) as { scripts: Record<string, string> }
   const documents = ['README.md', 'docs/deployment.md', 'clients/typescript/README.md', '.env.example', 'deploy/helm/petstore/values.yaml', 'deploy/helm/petstore/templates/NOTES.txt']
   for (const file of documents) {
-    const named = [...(await readFile(file, 'utf8')).matchAll(/\bnpm run ([a-z][a-z0-9:-]*)/g)].map(m => m[1] as string)
+    const text = await readFile(file, 'utf8')
+    const named = [...text.matchAll(/\bnpm run (?:--[a-z]+ )*([a-z][a-z0-9:-]*)/g)].map(m => m[1] as string)
     t.same([...new Set(named)].filter(name => !(name in scripts)), [], `${file}: ${[...new Set(named)].join(', ') || 'none'}`)
   }
 })

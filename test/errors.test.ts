@@ -28,8 +28,8 @@ t.test('other methods on known paths are 405 with Allow', async t => {
     ['PUT', '/v1/categories', 'GET, POST, HEAD'],
     ['PATCH', '/v1/categories', 'GET, POST, HEAD'],
     ['OPTIONS', '/v1/categories', 'GET, POST, HEAD'],
-    ['POST', '/v1/categories/1', 'GET, HEAD'],
-    ['DELETE', '/v1/categories/1', 'GET, HEAD'],
+    ['POST', '/v1/categories/1', 'DELETE, GET, PATCH, HEAD'],
+    ['PUT', '/v1/categories/1', 'DELETE, GET, PATCH, HEAD'],
     ['PUT', '/v1/pets/1', 'GET, HEAD'],
     ['POST', '/v1/store/orders', 'GET, HEAD']
   ]

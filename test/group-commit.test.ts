@@ -71,6 +71,6 @@ t.test('insertWith: one row inside the caller\'s transaction', async t => {
     await client.query('BEGIN')
     const kept = await table.insertWith(client, { name: 'kept', description: 'd' })
     await client.query('COMMIT')
-    t.same(await table.get(kept.id), { id: kept.id, name: 'kept', description: 'd' })
+    t.same((await table.get(kept.id))?.row, { id: kept.id, name: 'kept', description: 'd' })
   })
 })

@@ -1,4 +1,5 @@
 import fc from 'fast-check'
+import fastJson from 'fast-json-stringify'
 import pg from 'pg'
 import t from 'tap'
 import { Type } from 'typebox'
@@ -47,24 +48,36 @@ t.teardown(async () => { await database.end() })
 const categories = new Table(database, 'categories', columnsOf(NewCategorySchema))
 const gadgets = new Table(database, 'gadgets', columnsOf(NewGadgetSchema))
 
-/** What the route's serializer writes for the table's rows, read as the row path reads them. */
-async function serialized (table: Table<object, Row>, path: string): Promise<string> {
+const rowSerializers = { categories: fastJson(CategorySchema as object), gadgets: fastJson(GadgetSchema as object) }
+
+/**
+ * What the route's serializer writes for the table's rows, read as the row path reads them; the list cache's own
+ * serializer of one row (a changed row's bytes) writes the same.
+ */
+async function serialized (table: Table<object, Row>, path: 'categories' | 'gadgets'): Promise<string> {
   const { rows } = await database.query<{ id: bigint }>(`SELECT id FROM ${table.name}`)
   served = await table.getMany(rows.map(row => row.id))
   const res = await app.inject({ method: 'GET', url: `/test/${path}`, headers: AUTH })
   if (res.statusCode !== 200) throw new Error(`the serializer's route answered ${res.statusCode}: ${res.body}`)
+  const byRow = `[${served.map(row => rowSerializers[path](row)).join(',')}]`
+  if (byRow !== res.body) throw new Error(`one row at a time: ${byRow}, the route: ${res.body}`)
   return res.body
 }
 
 /** The list from COPY, a few rows per statement (so that rows of one segment come in several), checked segment by segment. */
 async function copied (table: Table<object, Row>, copyRows: number): Promise<string> {
   const segments: JsonSegment[] = []
-  await table.listJson(1024n, segment => { segments.push(segment) }, copyRows)
-  for (const [i, { key, ids, bytes }] of segments.entries()) {
+  await table.listJson(1024, segment => { segments.push(segment) }, copyRows)
+  for (const [i, { key, ids, ends, bytes }] of segments.entries()) {
     if (i > 0 && key <= (segments[i - 1] as JsonSegment).key) throw new Error('segments out of order')
     if (ids.some(id => id / 1024n !== key)) throw new Error(`segment ${key} holds another key's id`)
-    const listed = [...bytes.toString().matchAll(/\{"id":(\d+)/g)].map(match => BigInt(match[1] as string))
-    if (listed.length < ids.length || ids.some((id, j) => id !== listed[j])) throw new Error(`segment ${key}: ids differ`)
+    // Each row's object, cut out by its end and the one before it, is that row.
+    ids.forEach((id, j) => {
+      const start = j === 0 ? 0 : (ends[j - 1] as number) + 1
+      const row = bytes.subarray(start, ends[j]).toString()
+      if (!row.startsWith(`{"id":${id}`) || !row.endsWith('}')) throw new Error(`segment ${key}: row ${j} is ${row}`)
+      if (bytes[ends[j] as number] !== (j === ids.length - 1 ? undefined : 0x2c)) throw new Error(`segment ${key}: no comma after row ${j}`)
+    })
   }
   return `[${segments.map(segment => segment.bytes.toString()).join(',')}]`
 }

@@ -18,23 +18,27 @@ async function records (url: string): Promise<Array<{ name: string, copies: numb
     (await client.query<{ name: string, copies: number }>('SELECT name, count(*)::int AS copies FROM pgmigrations GROUP BY name ORDER BY name')).rows)
 }
 
-t.test('the baseline on an empty database: the 1.0 schema; its down migration leaves nothing behind', async t => {
+t.test('the baseline on an empty database: the 1.0 schema; every down migration leaves nothing behind', async t => {
   const url = await db.createDatabase()
   const schema = async (): Promise<string[]> => await withClient(url, async client => (await client.query<{ name: string }>(`
     SELECT 'table ' || table_name AS name FROM information_schema.tables WHERE table_schema = 'public'
     UNION ALL SELECT 'trigger ' || tgname FROM pg_trigger WHERE NOT tgisinternal
     UNION ALL SELECT 'function ' || proname FROM pg_proc WHERE pronamespace = 'public'::regnamespace
     ORDER BY name`)).rows.map(row => row.name))
+  const migrate = async (direction: 'up' | 'down', count: number): Promise<void> => {
+    await runner({ databaseUrl: url, dir: MIGRATIONS_DIR, migrationsTable: MIGRATIONS_TABLE, direction, count, logger: { ...quiet, debug () {} } })
+  }
   t.same(await schema(), [], 'empty')
-  await runMigrations(url, quiet)
+  // The baseline is released and never changes; later migrations (a new resource's too) are added after it.
+  t.equal((await migrationNames())[0], '1764720000000_baseline', 'the baseline comes first')
+  await migrate('up', 1)
   t.same(await schema(), [
-    'function notify_table_change', 'function notify_table_insert', 'table api_keys', 'table categories',
-    'table idempotency_keys', 'table pgmigrations', 'trigger api_keys_changed', 'trigger api_keys_inserted',
-    'trigger categories_changed', 'trigger categories_inserted'
+    'function notify_table_change', 'function notify_table_insert', 'table categories',
+    'table idempotency_keys', 'table pgmigrations', 'trigger categories_changed', 'trigger categories_inserted'
   ])
-  t.same(await migrationNames(), ['1764720000000_baseline', '1764900000000_api-keys'],
-    'one baseline (nothing was released before it), then the managed keys')
-  await runner({ databaseUrl: url, dir: MIGRATIONS_DIR, migrationsTable: MIGRATIONS_TABLE, direction: 'down', count: Infinity, logger: { ...quiet, debug () {} } })
+  await runMigrations(url, quiet)
+  t.same((await records(url)).map(record => record.name), await migrationNames(), 'then every later one')
+  await migrate('down', Infinity)
   t.same(await schema(), ['table pgmigrations'])
 })
 

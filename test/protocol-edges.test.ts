@@ -152,9 +152,9 @@ t.test('a known path with another method is 405 with Allow, on every known path'
     ['/docs/petstore.postman_collection.json', 'GET, HEAD', false],
     ['/docs/static/index.html', 'GET, HEAD', false],
     ['/v1/categories', 'GET, POST, HEAD', true],
-    ['/v1/categories/1', 'GET, HEAD', true],
-    // A trailing slash is getCategory with an empty id, so POST there is 405 like POST /v1/categories/1.
-    ['/v1/categories/', 'GET, HEAD', true],
+    ['/v1/categories/1', 'DELETE, GET, PATCH, HEAD', true],
+    // A trailing slash is the item path with an empty id, so POST there is 405 like POST /v1/categories/1.
+    ['/v1/categories/', 'DELETE, GET, PATCH, HEAD', true],
     ['/v1/pets/1', 'GET, HEAD', true],
     ['/v1/store/orders', 'GET, HEAD', true]
   ]

@@ -34,7 +34,7 @@ async function create (app: FastifyInstance, path: string, name: string, headers
 }
 
 for (const app of [a, b]) {
-  await until('the feed hears', async () => await metric(app, 'widgets_change_feed_listening') === 1 && await metric(app, 'categories_change_feed_listening') === 1)
+  await until('the feed hears', async () => await metric(app, 'change_feed_listening') === 1)
 }
 
 t.test('a create is in its own instance\'s list at once, and in the other\'s once the feed tells it', async t => {
@@ -43,7 +43,7 @@ t.test('a create is in its own instance\'s list at once, and in the other\'s onc
   t.equal(created.status, 201)
   t.match(created.headers.location, /^\/v1\/widgets\/\d+$/)
   t.same(await names(a, '/v1/widgets'), ['sprocket'], 'on A at once: the write path told its cache')
-  t.ok(await metric(a, 'widgets_list_reads_total', { source: 'appended' }) >= 1, 'appended to A\'s cached list, not re-read')
+  t.ok(await metric(a, 'widgets_list_reads_total', { source: 'changed' }) >= 1, 'appended to A\'s cached list, not re-read')
 
   await names(b, '/v1/widgets') // B caches its list
   await create(a, '/v1/widgets', 'cog')
@@ -91,14 +91,17 @@ t.test('an Idempotency-Key belongs to its operation: another operation never rep
   t.same(await names(a, '/v1/widgets'), ['sprocket', 'cog', 'gear', 'same name'], 'the idempotent create is in the list too')
 })
 
-t.test('each resource has its own metrics; the categories\' names are unchanged', async t => {
+t.test('each resource has its own metrics, the change feed one set for the process', async t => {
   const exposed = await a.metrics.metrics()
   for (const prefix of ['categories', 'widgets']) {
-    for (const name of ['list_reads_total', 'change_feed_listening', 'change_feed_drops', 'change_feed_own_echoes', 'insert_batch_rows', 'insert_batch_failures_total']) {
+    for (const name of ['list_reads_total', 'list_own_echoes_total', 'insert_batch_rows', 'insert_batch_failures_total']) {
       t.match(exposed, new RegExp(`^# TYPE ${prefix}_${name} `, 'm'), `${prefix}_${name}`)
     }
   }
-  t.ok(await metric(a, 'widgets_change_feed_own_echoes') >= 1, 'A skipped the echo of its own widget writes')
+  for (const name of ['change_feed_listening', 'change_feed_drops_total', 'change_feed_probes_missed_total']) {
+    t.equal(exposed.match(new RegExp(`^# TYPE ${name} `, 'gm'))?.length, 1, `${name}, once`)
+  }
+  t.ok(await metric(a, 'widgets_list_own_echoes_total') >= 1, 'A skipped the echo of its own widget writes')
 })
 
 t.test('a resource whose table lacks its change-notification triggers cannot go unnoticed: the app refuses', async t => {
@@ -111,16 +114,35 @@ t.test('a resource whose table lacks its change-notification triggers cannot go 
     await owner.end()
     return url
   }
-  const refusal = { name: 'StartupError', message: /^table widgets lacks its change-notification triggers; its migration must add both/ }
+  const refusal = { name: 'StartupError', message: /^table widgets lacks its change-notification triggers: its migration must run SELECT announce_changes\('widgets'\)/ }
   await t.rejects(testApp(t, await migrated(), {}, { register }), { name: 'StartupError', message: /^table widgets does not exist/ },
     'no table: its migration was not applied')
-  for (const trigger of ['widgets_inserted', 'widgets_changed']) {
+  for (const trigger of ['widgets_inserted', 'widgets_updated', 'widgets_deleted', 'widgets_truncated']) {
     await t.rejects(testApp(t, await migrated(widgetsMigration, `DROP TRIGGER ${trigger} ON widgets`), {}, { register }), refusal,
       `without ${trigger}`)
   }
-  await t.rejects(testApp(t, await migrated(widgetsMigration, 'ALTER TABLE widgets DISABLE TRIGGER widgets_changed'), {}, { register }),
+  await t.rejects(testApp(t, await migrated(widgetsMigration, 'ALTER TABLE widgets DISABLE TRIGGER widgets_updated'), {}, { register }),
     refusal, 'a disabled trigger is no trigger')
-  await t.resolves(testApp(t, await migrated(widgetsMigration), {}, { register }), 'with both, it starts')
+  // The 1.0 recipe's triggers: any update or delete said only that something changed.
+  const baselineTriggers = ['DROP TRIGGER widgets_updated ON widgets', 'DROP TRIGGER widgets_deleted ON widgets', 'DROP TRIGGER widgets_truncated ON widgets',
+    'CREATE TRIGGER widgets_changed AFTER UPDATE OR DELETE OR TRUNCATE ON widgets FOR EACH STATEMENT EXECUTE FUNCTION notify_table_change()']
+  await t.rejects(testApp(t, await migrated(widgetsMigration, ...baselineTriggers), {}, { register }), refusal,
+    'the 1.0 recipe\'s triggers are not enough')
+  await t.resolves(testApp(t, await migrated(widgetsMigration), {}, { register }), 'with all four, it starts')
+})
+
+t.test('a schema member without its column is refused at start, naming the table and the column', async t => {
+  const url = await db.createDatabase()
+  await runMigrations(url, { info () {}, warn () {}, error () {} })
+  const owner = new pg.Client({ connectionString: url })
+  await owner.connect()
+  await owner.query(widgetsMigration)
+  await owner.query('ALTER TABLE widgets RENAME COLUMN name TO title')
+  await owner.end()
+  await t.rejects(testApp(t, url, {}, { register }), {
+    name: 'StartupError',
+    message: "table widgets has no column name, which its schema's member needs: add it in a new migration"
+  })
 })
 
 t.test('a row the table\'s own constraints refuse: 409 or 400 in the Error shape, and only for that request', async t => {

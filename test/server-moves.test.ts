@@ -57,7 +57,7 @@ const sessions = async (admin: pg.Client, applicationName: string): Promise<numb
 
 t.test('after the address moves, the first connection to the new server closes those left on the old one', async t => {
   t.equal((await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name: 'on the old server' }) })).statusCode, 201)
-  for (let i = 0; i < 200 && await metric(app, 'categories_change_feed_listening') !== 1; i++) await sleep(20)
+  for (let i = 0; i < 200 && await metric(app, 'change_feed_listening') !== 1; i++) await sleep(20)
   t.same(await names(app), ['on the old server'], 'cached from the old server')
 
   await newAdmin.query("INSERT INTO categories (name) VALUES ('on the new server')")
@@ -78,7 +78,7 @@ t.test('after the address moves, the first connection to the new server closes t
     else await sleep(20)
   }
   t.same(after, ['on the new server', 'after the move'], 'the list is the new server\'s')
-  for (let i = 0; i < 200 && (await sessions(oldAdmin, LISTENER_APPLICATION_NAME) > 0 || await metric(app, 'categories_change_feed_listening') !== 1); i++) await sleep(20)
+  for (let i = 0; i < 200 && (await sessions(oldAdmin, LISTENER_APPLICATION_NAME) > 0 || await metric(app, 'change_feed_listening') !== 1); i++) await sleep(20)
   t.equal(await sessions(oldAdmin, 'petstore%'), 0, 'no session of the service is left on the old server (change feed included)')
   t.equal(await sessions(newAdmin, LISTENER_APPLICATION_NAME), 1, 'the change feed listens on the new server')
 

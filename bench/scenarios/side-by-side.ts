@@ -160,7 +160,7 @@ async function identityList (url: string): Promise<{ status: number, bytes: numb
 
 /** A managed key (`npm run keys`) in the server's own database. */
 function managedKey (databaseUrl: string): string {
-  const args = [path.join(ROOT, 'dist', 'keys.js'), 'create', '--name', 'bench', '--scope', 'read']
+  const args = [path.join(ROOT, 'dist', 'keys', 'command.js'), 'create', '--name', 'bench', '--scope', 'read']
   const env = { PATH: process.env.PATH, DATABASE_URL: databaseUrl }
   return execFileSync(process.execPath, args, { env, encoding: 'utf8' }).trimEnd().split('\n').at(-1) ?? ''
 }

@@ -6,6 +6,5 @@ export default resource({
   singular: 'category',
   description: 'Categories of pets',
   create: NewCategorySchema,
-  item: CategorySchema,
-  stability: { get: 'experimental' }
+  item: CategorySchema
 })

@@ -2,12 +2,33 @@ import type pg from 'pg'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import { to as copyTo } from 'pg-copy-streams'
 
-/** Rows whose ids share a key (id / segment size), as JSON: ids ascending, their objects joined by commas. */
-export interface JsonSegment { key: bigint, ids: BigInt64Array, bytes: Buffer }
+/**
+ * Rows whose ids share a key (id / segment size), as JSON: ids ascending, their objects joined by commas;
+ * `ends[i]` is where row i's object ends in `bytes` (a comma or the end follows).
+ */
+export interface JsonSegment { key: bigint, ids: BigInt64Array, ends: Uint32Array, bytes: Buffer }
+
+const QUOTE = 0x22
+const BACKSLASH = 0x5c
+const FIRST_PRINTABLE = 0x20
 
 // What JSON.stringify (and fast-json-stringify) writes for the bytes it escapes: `"`, `\` and the C0 controls.
 const ESCAPED = Array.from({ length: 256 }, (_, byte) =>
-  byte < 32 || byte === 34 || byte === 92 ? JSON.stringify(String.fromCharCode(byte)).slice(1, -1) : undefined)
+  byte < FIRST_PRINTABLE || byte === QUOTE || byte === BACKSLASH
+    ? JSON.stringify(String.fromCharCode(byte)).slice(1, -1)
+    : undefined)
+
+/** Binary COPY's signature, flags field and empty header extension, before the first row. */
+const HEADER_BYTES = 19
+/** Rows arrive faster than they are written: the event loop gets a turn at least this often. */
+const YIELD_AFTER_MS = 5
+/** A row split across chunks is completed with this many of the next chunk's bytes at first. */
+const FIRST_PEEK_BYTES = 4096
+const OUT_INITIAL_BYTES = 1 << 20
+/** JSON escaping makes at most six bytes of one (\u001f). */
+const MAX_ESCAPE_GROWTH = 6
+const ROW_OVERHEAD_BYTES = 64
+const MEMBER_OVERHEAD_BYTES = 32
 
 /**
  * Writes rows as the route's serializer does (the schema's member order, NULL members left out, int8 as a bare
@@ -16,51 +37,54 @@ const ESCAPED = Array.from({ length: 256 }, (_, byte) =>
  */
 export class JsonCopyWriter {
   private readonly members: Array<{ prefix: string, type: string }>
-  private out = Buffer.allocUnsafe(1 << 20)
+  private out = Buffer.allocUnsafe(OUT_INITIAL_BYTES)
   private outView = viewOf(this.out)
   private input: { data: Buffer, view: DataView } | undefined
   private length = 0
-  private readonly ids = new BigInt64Array(4096)
-  private readonly idBytes = new Uint8Array(this.ids.buffer)
+  private readonly ids: BigInt64Array
+  private readonly idBytes: Uint8Array
+  private readonly ends: Uint32Array
   private count = 0
   private key = -1
   copied = 0 // rows in the last copy
 
+  /** `size` ids per segment: a power of two, so that a key is read off the id's two 32-bit halves exactly. */
   constructor (columns: Record<string, string>, private readonly size: number,
     private readonly onSegment: (segment: JsonSegment) => void) {
+    if (!Number.isInteger(Math.log2(size)) || size > 2 ** 32) throw new Error('a segment size is a power of two')
     this.members = Object.entries(columns).map(([name, type]) => ({ prefix: `,"${name}":`, type }))
-    if (this.ids.length % size !== 0) throw new Error(`a segment size is a power of two up to ${this.ids.length}`)
+    this.ids = new BigInt64Array(size)
+    this.idBytes = new Uint8Array(this.ids.buffer)
+    this.ends = new Uint32Array(size)
   }
 
   /** The id of the last row written (the open segment always holds it). */
-  get lastId (): bigint { return this.ids[this.count - 1] as bigint }
+  get lastId (): bigint {
+    return this.ids[this.count - 1] as bigint
+  }
 
   async copy (client: pg.ClientBase, sql: string): Promise<void> {
     this.copied = 0
-    let skip = 19 // the signature, flags and an empty header extension
+    let skip = HEADER_BYTES
     let rest: Buffer | undefined // a row begun in the chunks before
     let turn = performance.now()
     for await (const received of client.query(copyTo(sql)) as AsyncIterable<Buffer>) {
-      // Rows arrive faster than they are written and one turn of the event loop can carry many chunks (libuv reads a
-      // socket up to 32 times in a row): unyielding, a turn took 40-60 ms here while a liveness probe waited.
-      if (performance.now() - turn > 5) turn = await nextTurn().then(() => performance.now())
+      // One turn of the event loop can carry many chunks (libuv reads a socket up to 32 times in a row): unyielding,
+      // a turn took 40-60 ms while a liveness probe waited.
+      if (performance.now() - turn > YIELD_AFTER_MS) {
+        await nextTurn()
+        turn = performance.now()
+      }
       const chunk = received.subarray(skip)
       skip = Math.max(0, skip - received.length)
       let at = 0
       if (rest !== undefined) {
-        // Completed with as few of this chunk's bytes as it needs: a chunk is not copied whole.
-        let head = Math.min(chunk.length, 4096)
-        let joined = Buffer.concat([rest, chunk.subarray(0, head)])
-        for (; this.rowEnd(joined, 0) === 0 && head < chunk.length; head = Math.min(chunk.length, 4 * head)) {
-          joined = Buffer.concat([rest, chunk.subarray(0, 4 * head)])
-        }
-        const end = this.rowEnd(joined, 0)
-        if (end === 0) {
-          rest = joined
+        const completed = this.completeRow(rest, chunk)
+        if (completed === undefined) {
+          rest = Buffer.concat([rest, chunk])
           continue
         }
-        this.row(joined, 2, end)
-        at = end - rest.length
+        at = completed
         rest = undefined
       }
       for (let end = this.rowEnd(chunk, at); end > 0; end = this.rowEnd(chunk, at)) {
@@ -75,8 +99,26 @@ export class JsonCopyWriter {
   finish (): void {
     if (this.count === 0) return
     const bytes = Buffer.from(this.out.subarray(0, this.length - 1)) // less its trailing comma
-    this.onSegment({ key: BigInt(this.key), ids: this.ids.slice(0, this.count), bytes })
-    this.count = this.length = 0
+    const { count } = this
+    this.onSegment({ key: BigInt(this.key), ids: this.ids.slice(0, count), ends: this.ends.slice(0, count), bytes })
+    this.count = 0
+    this.length = 0
+  }
+
+  /**
+   * Writes the row begun in `rest` with as few of the chunk's bytes as it needs (a chunk is not copied whole), and
+   * answers where in the chunk the next row starts; undefined while the chunk does not complete it.
+   */
+  private completeRow (rest: Buffer, chunk: Buffer): number | undefined {
+    for (let head = Math.min(chunk.length, FIRST_PEEK_BYTES); ; head = Math.min(chunk.length, 4 * head)) {
+      const joined = Buffer.concat([rest, chunk.subarray(0, head)])
+      const end = this.rowEnd(joined, 0)
+      if (end > 0) {
+        this.row(joined, 2, end)
+        return end - rest.length
+      }
+      if (head === chunk.length) return undefined
+    }
   }
 
   /** Where the row at `at` ends, or 0 while it is incomplete (or the trailer). */
@@ -97,13 +139,7 @@ export class JsonCopyWriter {
     if (key !== this.key) this.finish()
     this.key = key
     for (let b = 0; b < 8; b++) this.idBytes[8 * this.count + b] = data[at + 11 - b] as number // to little-endian
-    this.count++
-    this.copied++
-    // Escaping makes at most six bytes of one.
-    if (this.length + 64 + 6 * bytes + 32 * this.members.length > this.out.length) {
-      this.out = Buffer.concat([this.out.subarray(0, this.length)], 2 * this.out.length + 6 * bytes)
-      this.outView = viewOf(this.out)
-    }
+    this.reserve(ROW_OVERHEAD_BYTES + MAX_ESCAPE_GROWTH * bytes + MEMBER_OVERHEAD_BYTES * this.members.length)
     this.ascii('{"id":')
     this.ascii(hi >= 0 && hi < 2 ** 21 ? String(hi * 2 ** 32 + lo) : data.readBigInt64BE(at + 4).toString())
     let field = at + 12
@@ -118,7 +154,17 @@ export class JsonCopyWriter {
       else this.ascii(asNumber(data.readDoubleBE(field)))
       field += length
     }
-    this.ascii('},')
+    this.ascii('}')
+    this.ends[this.count] = this.length
+    this.ascii(',')
+    this.count++
+    this.copied++
+  }
+
+  private reserve (bytes: number): void {
+    if (this.length + bytes <= this.out.length) return
+    this.out = Buffer.concat([this.out.subarray(0, this.length)], 2 * this.out.length + bytes)
+    this.outView = viewOf(this.out)
   }
 
   private ascii (text: string): void {
@@ -129,7 +175,7 @@ export class JsonCopyWriter {
     if (this.input?.data !== data) this.input = { data, view: viewOf(data) }
     const { out, outView, input: { view } } = this
     let j = this.length
-    out[j++] = 34
+    out[j++] = QUOTE
     for (let i = from; i < to;) {
       // Four bytes at once when none needs escaping: a byte below 0x20, 0x22 or 0x5c sets its high bit in one of these
       // differences while its own high bit is clear (Bit Twiddling Hacks, "a word has a byte less than n").
@@ -146,7 +192,7 @@ export class JsonCopyWriter {
         else j += out.write(escaped, j, 'latin1')
       }
     }
-    out[j++] = 34
+    out[j++] = QUOTE
     this.length = j
   }
 }

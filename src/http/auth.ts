@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import bearerAuth from '@fastify/bearer-auth'
 import fp from 'fastify-plugin'
 import { sha256 } from '../config.js'
-import { ApiKeyStore, wellFormedKey, type AuthenticatedKey } from './api-keys.js'
+import { ApiKeyStore, wellFormedKey, type AuthenticatedKey } from '../keys/store.js'
 import { ApiError } from './errors.js'
 
 const REALM = 'Bearer realm="petstore"'

@@ -20,7 +20,7 @@ function describeValidation (error: FastifySchemaValidationError, context: strin
     case 'type':
       return field === '' && context === 'body'
         ? 'request body must be a JSON object'
-        : `${subject} must be of type ${String(p.type)}`
+        : `${subject} must be of type ${[p.type].flat().join(' or ')}`
     case 'minLength':
       return `${subject} must be at least ${String(p.limit)} character${p.limit === 1 ? '' : 's'} long`
     case 'maxLength':

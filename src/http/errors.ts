@@ -14,6 +14,8 @@ const STATUSES = {
   408: ['REQUEST_TIMEOUT', 'The request took too long to arrive', 'the request took too long to arrive'],
   409: ['IDEMPOTENCY_KEY_IN_USE', 'The same Idempotency-Key is still being processed (see Retry-After)',
     'a request with this Idempotency-Key is still being processed; retry later'],
+  412: ['PRECONDITION_FAILED', 'If-Match does not name the current ETag: the resource changed since it was read',
+    'category 42 has changed since it was read: If-Match does not name its current ETag'],
   413: ['PAYLOAD_TOO_LARGE', 'Request body is larger than the limit', 'request body is larger than the limit'],
   414: ['URI_TOO_LONG', 'The request URL is too long', 'the request URL is too long'],
   415: ['UNSUPPORTED_MEDIA_TYPE', 'Request body is not application/json, or has a Content-Encoding other than identity',

@@ -7,7 +7,7 @@ import { interoperabilityProblem } from './interoperable-json.js'
 const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)"?/i
 
 // Read as bytes: Fastify's own parser turns invalid UTF-8 into U+FFFD silently, where the contract wants a 400.
-async function parseJsonBody ({ headers }: FastifyRequest, body: Buffer): Promise<unknown> {
+export async function parseJsonBody ({ headers }: FastifyRequest, body: Buffer): Promise<unknown> {
   // A body is read as sent: any coding but identity is 415 (RFC 9110 15.5.16).
   const codings = headers['content-encoding']?.split(',').map(coding => coding.trim().toLowerCase()) ?? []
   if (codings.some(coding => coding !== 'identity' && coding !== '')) {

@@ -3,7 +3,7 @@ import rateLimit, { normalizeIP } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.js'
-import type { AuthenticatedKey } from './api-keys.js'
+import type { AuthenticatedKey } from '../keys/store.js'
 import { ApiError } from './errors.js'
 import { LocalRateLimitStore, redisFirstStore } from './rate-limit-store.js'
 

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as delay } from 'node:timers/promises'
 import pg from 'pg'
+import { Counter, Gauge, type Registry } from 'prom-client'
 import type { Database } from '../db/database.js'
 
 export const LISTENER_APPLICATION_NAME = 'petstore-listener'
@@ -34,6 +35,8 @@ export type ChangeFeedOptions = Partial<typeof DEFAULTS> & {
   log: Log
   /** Checks the new connection before it LISTENs (db/servers.ts); a rejection drops it. */
   onConnect?: (client: pg.Client) => Promise<void>
+  /** Where the feed's own metrics (change_feed_*) go: one feed per process. */
+  registry?: Registry
 }
 
 /** The pool as the feed's `notify`, without taking a request's place in its bounded queue. */
@@ -56,10 +59,10 @@ const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/
  */
 export class ChangeFeed {
   listening = false
-  drops = 0
-  probesMissed = 0
-  lastEchoMs: number | undefined
   readonly connectionName: string
+  private readonly drops: Counter
+  private readonly probesMissed: Counter
+  private lastEchoMs: number | undefined
   private readonly options: typeof DEFAULTS & ChangeFeedOptions
   private readonly subscribers = new Map<string, Subscriber>()
   private started = false
@@ -76,6 +79,44 @@ export class ChangeFeed {
   constructor (options: ChangeFeedOptions) {
     this.options = { ...DEFAULTS, ...options }
     this.connectionName = this.options.connectionName
+    const registers = options.registry === undefined ? [] : [options.registry]
+    this.drops = new Counter({
+      name: 'change_feed_drops_total',
+      help: 'Times the change feed connection was lost, could not be made, or was found deaf',
+      registers
+    })
+    this.probesMissed = new Counter({
+      name: 'change_feed_probes_missed_total',
+      help: 'Probe notifications the change feed sent through the pool and did not hear in time',
+      registers
+    })
+    this.registerGauges(registers)
+  }
+
+  private registerGauges (registers: Registry[]): void {
+    const feed = this
+    /* eslint-disable no-new */
+    new Gauge({
+      name: 'change_feed_listening',
+      help: '1 while the change feed hears notifications (its last probe was echoed) and cached lists and keys may ' +
+        'be used; 0: lists are read from the database and keys polled',
+      registers,
+      collect () { this.set(feed.listening ? 1 : 0) }
+    })
+    new Gauge({
+      name: 'change_feed_echo_seconds',
+      help: 'Time from sending the change feed\'s last heard probe notification to its echo',
+      registers,
+      collect () { this.set(feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000) }
+    })
+    new Gauge({
+      name: 'change_feed_connection_info',
+      help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)',
+      labelNames: ['connection'],
+      registers,
+      collect () { this.labels(feed.connectionName).set(1) }
+    })
+    /* eslint-enable no-new */
   }
 
   subscribe (channel: string, subscriber: Subscriber): void {
@@ -130,7 +171,7 @@ export class ChangeFeed {
       if (this.client === client) this.client = undefined
       client.end().catch(() => {})
       if (this.closed) return
-      this.drops++
+      this.drops.inc()
       this.changedEverywhere()
       const paused = this.deafConnections >= DEAF_CONNECTIONS_BEFORE_PAUSE
       const delay = paused
@@ -183,7 +224,7 @@ export class ChangeFeed {
     this.awaitedProbe = undefined
     if (this.closed || this.client !== client) return
     if (!heard) {
-      this.probesMissed++
+      this.probesMissed.inc()
       if (sending.sent && first) this.deafConnections++
       const hint = this.connectionName === 'DATABASE_URL'
         ? ' (behind a transaction pooler LISTEN hears nothing: set DATABASE_DIRECT_URL)'

@@ -1,25 +1,28 @@
 import type { Registry } from 'prom-client'
 import type { Database } from '../db/database.js'
 import { ConstraintViolationError } from '../db/errors.js'
-import { Table, type Row } from '../db/table.js'
+import { Table, type Precondition, type Refusal, type Row, type Versioned } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
 import { CreateBatcher } from './create-batcher.js'
 import { IdempotencyRefusal, type IdempotencyStore, type Outcome, type StoredResponse } from './idempotency.js'
-import { ListCache, type ListBody, type ListSerializer } from './list-cache.js'
+import { ListCache, type RowSerializer } from './list-cache.js'
 import { listCompressor, type ListEncoding } from './list-compression.js'
+import type { ListBody, Page } from './segmented-list.js'
 
-export interface CollectionOptions {
+export interface CollectionOptions<T> {
   /** The table; its triggers notify `<name>_changed`; metric names start with it. */
   name: string
   /** The columns a create writes and a read returns, with their SQL types (db/table.ts columnsOf). */
   columns: Record<string, string>
   /** The operationId of the create: its Idempotency-Key records belong to it. */
   createOperation: string
+  /** One row as the list's JSON (the item schema's serializer): how a changed row enters the cached list. */
+  serialize: RowSerializer<T>
 }
 
 /**
- * One resource's rows: its cached list and its one write path. Every create goes through here, and here the
- * list cache is told of it before the caller answers, so a route cannot forget to.
+ * One resource's rows: its cached list and its one write path. Every create, update and delete goes through here,
+ * and here the list cache is told of it before the caller answers, so a route cannot forget to.
  */
 export class Collection<New extends object, T extends Row> {
   readonly table: Table<New, T>
@@ -29,17 +32,19 @@ export class Collection<New extends object, T extends Row> {
 
   constructor (
     private readonly services: { db: Database, feed: ChangeFeed, idempotency: IdempotencyStore, registry: Registry },
-    private readonly options: CollectionOptions) {
+    private readonly options: CollectionOptions<T>) {
     const { name, columns } = options
     const { feed, registry } = services
     this.table = new Table<New, T>(services.db, name, columns)
-    this.cache = new ListCache(this.table, feed, registry)
+    this.cache = new ListCache(this.table, feed, options.serialize, registry)
     this.compressed = listCompressor(name, registry)
     this.batcher = new CreateBatcher(this.table, { registry, metricPrefix: name, observer: this.cache })
   }
 
   /** Committed (group commit), and already in this instance's list. */
-  async create (input: New): Promise<T> { return await this.cache.writing(this.batcher.create(input)) }
+  async create (input: New): Promise<T> {
+    return await this.cache.writing(this.batcher.create(input))
+  }
 
   /** With an Idempotency-Key: the remembered answer (or a refusal thrown), or the row and its answer, committed. */
   async createIdempotent (owner: Buffer, key: string, input: New, answer: (row: T) => StoredResponse):
@@ -61,7 +66,34 @@ export class Collection<New extends object, T extends Row> {
     return outcome
   }
 
-  async list (serialize: ListSerializer<T>): Promise<ListBody> { return await this.cache.read(serialize) }
+  /** The whole list, as sent. */
+  async list (): Promise<ListBody> {
+    return await this.cache.read()
+  }
 
-  async get (id: bigint): Promise<T | undefined> { return await this.table.get(id) }
+  /** Up to `limit` rows with ids above `after`. */
+  async page (after: bigint, limit: number): Promise<Page> {
+    return await this.cache.page(after, limit)
+  }
+
+  /** Builds the cached list before the first read asks for it. */
+  async warm (): Promise<void> {
+    await this.cache.warm()
+  }
+
+  async get (id: bigint): Promise<Versioned<T> | undefined> {
+    return await this.table.get(id)
+  }
+
+  /** A merge patch (null: the member removed), when the row's version is one `versions` names. */
+  async update (id: bigint, patch: Record<string, unknown>, versions: Precondition): Promise<Versioned<T> | Refusal> {
+    return await this.cache.updating(id, this.table.update(id, patch, versions),
+      outcome => typeof outcome === 'string' ? undefined : outcome.row)
+  }
+
+  async delete (id: bigint, versions: Precondition): Promise<'deleted' | Refusal> {
+    const outcome = await this.table.delete(id, versions)
+    if (outcome === 'deleted') this.cache.deleted([id])
+    return outcome
+  }
 }

@@ -1,313 +1,280 @@
-import { createHash, type Hash } from 'node:crypto'
-import { setImmediate as nextTurn } from 'node:timers/promises'
-import { Counter, Gauge, type Registry } from 'prom-client'
-import type { JsonSegment as Segment } from '../db/json-copy.js'
+import { Counter, type Registry } from 'prom-client'
 import type { Row, Table } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
+import { SEGMENT_IDS, SegmentedList, type ListBody, type Page, type RowJson } from './segmented-list.js'
 
-/** Where a list is read from: a resource's table, whose triggers notify `<name>_changed` (migrations). */
-export type ListSource<T extends Row> = Pick<Table<object, T>, 'name' | 'listJson' | 'getMany' | 'getRange'>
+/** Where a list is read from: a resource's table, whose triggers announce its changes (migrations). */
+export type ListSource<T extends Row> = Pick<Table<object, T>, 'name' | 'listJson' | 'getMany' | 'page'>
 
-/** A list as sent, with its strong ETag (the bytes' SHA-1); a long one stays in parts: a change copies only those. */
-export interface ListBody { body: Buffer | readonly Buffer[], length: number, etag: string }
+/** One row as the list's JSON writes it (fast-json-stringify of the item schema). */
+export type RowSerializer<T> = (row: T) => string
 
-/** The route's own serializer of an array of rows (fast-json-stringify): the cached bytes are what it writes. */
-export type ListSerializer<T> = (rows: T[]) => string
+/** What the triggers announce (migrations): inserted ids alone, updated and deleted ones after their kind. */
+const ANNOUNCEMENT = /^(?:(updated|deleted):)?([0-9]{1,19}(?:,[0-9]{1,19})*)$/
 
-/** What notify_table_insert() announces (migrations): the inserted ids, ascending, comma-separated. */
-const INSERTED_IDS = /^[0-9]{1,19}(,[0-9]{1,19})*$/
+type Kind = 'inserted' | 'updated' | 'deleted'
+type Source = 'cache' | 'refresh'
 
-const SEGMENT_IDS = 4096n // a segment holds the rows whose id / SEGMENT_IDS is its key
-const FLAT_BYTES = 1024 * 1024
-const HASH_BYTES_PER_TURN = 8 * 1024 * 1024 // then the event loop takes a turn, when a long list is hashed again
-
-const OPEN = Buffer.from('[')
-const COMMA = Buffer.from(',')
-const CLOSE = Buffer.from(']')
-
-/** Segments in key order; prefixes[i] has hashed every byte before segment i's (for i <= validPrefixes). */
-interface Entry {
-  segments: Segment[]
-  prefixes: Hash[]
-  validPrefixes: number
-  body?: ListBody
-  pending?: Promise<ListBody> // the body while it is made, shared by the reads meanwhile
-}
-
-const keyOf = (id: bigint): bigint => id / SEGMENT_IDS
-
-function lowerBound<I> (items: ArrayLike<I>, below: (item: I) => boolean): number {
-  let low = 0
-  let high = items.length
-  while (low < high) {
-    const mid = (low + high) >>> 1
-    if (below(items[mid] as I)) low = mid + 1
-    else high = mid
-  }
-  return low
-}
-
-const segmentIndex = (segments: readonly Segment[], key: bigint): number => lowerBound(segments, s => s.key < key)
-const holds = (segment: Segment, id: bigint): boolean => segment.ids[lowerBound(segment.ids, item => item < id)] === id
-
-function segmentOf<T extends Row> (rows: T[], serialize: ListSerializer<T>): Segment {
-  const bytes = Buffer.from(serialize(rows).slice(1, -1)) // the items of the array
-  return { key: keyOf((rows[0] as T).id), ids: BigInt64Array.from(rows, row => row.id), bytes }
-}
-
-const joined = (a: Segment, b: Segment): Segment =>
-  ({ key: a.key, ids: BigInt64Array.of(...a.ids, ...b.ids), bytes: Buffer.concat([a.bytes, COMMA, b.bytes]) })
-
-/** Hashes prefixes from `from` on, to the last segment (it may still grow) or a few MB; returns where it stopped. */
-function hashPrefixes (prefixes: Hash[], segments: readonly Segment[], from: number): number {
-  let i = from
-  for (let hashed = 0; i < segments.length - 1 && hashed < HASH_BYTES_PER_TURN; i++) {
-    const { bytes } = segments[i] as Segment
-    prefixes[i + 1] = (prefixes[i] as Hash).copy().update(bytes).update(COMMA)
-    hashed += bytes.length
-  }
-  return i
-}
-
-export function listBody (parts: Buffer[], etag: string): ListBody {
-  const length = parts.reduce((sum, part) => sum + part.length, 0)
-  return { body: length <= FLAT_BYTES ? Buffer.concat(parts, length) : parts, length, etag }
-}
-
-/** The bytes and tag of an entry, hashing again from its first changed segment. */
-async function bodyOf (entry: Entry): Promise<ListBody> {
-  const segments = entry.segments
-  const prefixes = entry.prefixes.slice(0, entry.validPrefixes + 1)
-  const last = Math.max(0, segments.length - 1)
-  let hashed = entry.validPrefixes
-  while ((hashed = hashPrefixes(prefixes, segments, hashed)) < last) await nextTurn()
-  const hash = (prefixes[last] as Hash).copy().update(segments[last]?.bytes ?? '').update(CLOSE)
-  const parts = [OPEN, ...segments.flatMap(({ bytes }, i) => i === 0 ? [bytes] : [COMMA, bytes]), CLOSE]
-  const body = listBody(parts, `"${hash.digest('base64url')}"`)
-  // Segments are replaced, never changed in place: a change made meanwhile made another version, served, not kept.
-  if (entry.segments === segments) {
-    entry.prefixes = prefixes
-    entry.validPrefixes = last
-    entry.body = body
-  }
-  return body
-}
+/** An own update under way: whether another change of its row was announced since it began. */
+interface Watch { touched: boolean }
 
 /**
- * A resource's serialized list, kept while the change feed hears, else read from the database. Held in segments by
- * id range, so that a change copies and rehashes only from the segment it touches: rows created here and ids
- * announced by others are added in id order, the segment read again when they fall between its rows; any other
- * change drops the list. A generation counter keeps a build or change that a drop overtook from being installed.
+ * A resource's list (segmented-list.ts), kept while the change feed hears, else read from the database. Every change
+ * is applied in the order it was announced (the feed's order is the commits' order), each after the ones before it;
+ * a read waits for the changes announced before it. A row an announcement names is read again, or removed when
+ * deleted; a change it cannot follow (a TRUNCATE, too many ids) drops the list, and the next read builds it again.
+ * A generation counter keeps a build or change that a drop overtook from being installed.
  */
 export class ListCache<T extends Row> {
-  private entry: Entry | undefined
+  private list: SegmentedList | undefined
   private generation = 0
-  private building: { generation: number, promise: Promise<Entry> } | undefined
-  /** The changes announced so far, applied one after another: a read waits for those before it. */
+  private building: { generation: number, promise: Promise<SegmentedList> } | undefined
+  /** The changes announced so far, applied one after another. */
   private changes: Promise<void> = Promise.resolve()
   private unapplied = 0 // a read with none to wait for answers without a turn of the microtask queue
-  /** Notifications whose rows the list already had (the echoes of this instance's own creates). */
-  private echoes = 0
   /** This instance's creates under way: a notification can arrive before the create's own answer does. */
-  private readonly writes = new Set<Promise<unknown>>()
-  private serialize!: ListSerializer<T> // the last read's: a read comes before any entry
-  private readonly reads = { cache: 0, appended: 0, refresh: 0, database: 0 }
+  private readonly creates = new Set<Promise<unknown>>()
+  private readonly watches = new Map<bigint, Set<Watch>>()
+  private readonly reads = { cache: 0, changed: 0, refresh: 0, database: 0 }
+  private readonly rowsChanged = { added: 0, replaced: 0, removed: 0 }
+  /** Notifications whose rows the list already had (the echoes of this instance's own creates). */
+  private readonly echoes: Counter
 
-  constructor (private readonly source: ListSource<T>, private readonly feed: ChangeFeed, registry?: Registry) {
+  constructor (private readonly source: ListSource<T>, private readonly feed: ChangeFeed,
+    private readonly serialize: RowSerializer<T>, registry?: Registry) {
     feed.subscribe(`${source.name}_changed`, {
-      notified: payload => {
-        if (!INSERTED_IDS.test(payload)) this.invalidate()
-        else this.announce(async generation => { await this.addAnnounced(payload.split(',').map(BigInt), generation) })
-      },
+      notified: payload => { this.notified(payload) },
       invalidate: () => { this.invalidate() }
     })
-    if (registry !== undefined) registerMetrics(source.name, feed, registry, this.reads, () => this.echoes)
+    const registers = registry === undefined ? [] : [registry]
+    this.echoes = new Counter({
+      name: `${source.name}_list_own_echoes_total`,
+      help: 'Notifications that announced only rows the cached list already had (this instance\'s own creates)',
+      registers
+    })
+    for (const registry of registers) this.registerMetrics(registry)
   }
-
-  get listening (): boolean { return this.feed.listening }
 
   invalidate (): void {
     this.generation++
-    this.entry = undefined
+    this.list = undefined
+  }
+
+  /** The whole list, as sent. */
+  async read (): Promise<ListBody> {
+    const current = await this.current()
+    if (current === undefined) {
+      this.reads.database++
+      return (await this.snapshot()).body()
+    }
+    this.reads[current.source === 'cache' && !current.list.unchanged ? 'changed' : current.source]++
+    return current.list.body()
+  }
+
+  /** Up to `limit` rows with ids above `after`, from the same list (or the database while the feed cannot vouch). */
+  async page (after: bigint, limit: number): Promise<Page> {
+    const current = await this.current()
+    if (current !== undefined) {
+      this.reads[current.source]++
+      return current.list.page(after, limit)
+    }
+    this.reads.database++
+    const rows = await this.source.page(after, limit + 1)
+    const shown = rows.slice(0, limit)
+    const body = Buffer.from(`[${shown.map(this.serialize).join(',')}]`)
+    return { body, lastId: shown.at(-1)?.id, more: rows.length > limit }
+  }
+
+  /** Builds the list now, if the feed hears (a warm start), rather than on the first read. */
+  async warm (): Promise<void> {
+    if (this.feed.listening && this.list === undefined) await this.build()
+  }
+
+  /** Runs an own create: rows announced meanwhile are looked for among its rows before being read again. */
+  async writing<R> (write: Promise<R>): Promise<R> {
+    this.creates.add(write)
+    return await write.finally(() => this.creates.delete(write))
   }
 
   /** Rows this instance committed; called before their 201s are sent, so the next read here lists them. */
   created (rows: readonly T[]): void {
-    const sorted = [...rows].sort((a, b) => a.id < b.id ? -1 : 1)
     // Added at once (a notification of these rows may be waiting for them: their echo); during a build, after it.
-    const keys = this.entry === undefined ? undefined : this.add(sorted)
-    if (keys === undefined) this.announce(async generation => { await this.reread(this.add(sorted), generation) })
-    else if (keys.length > 0) this.announce(async generation => { await this.reread(keys, generation) })
+    if (this.list === undefined) this.announce(async () => { this.addNew(rows) })
+    else this.addNew(rows)
   }
 
-  /** Runs an own create: rows announced meanwhile are looked for among its rows before being read from the database. */
-  async writing<R> (write: Promise<R>): Promise<R> {
-    this.writes.add(write)
-    return await write.finally(() => this.writes.delete(write))
-  }
-
-  async read (serialize: ListSerializer<T>): Promise<ListBody> {
-    this.serialize = serialize
-    const source = this.entry === undefined ? 'refresh' : 'cache'
-    let entry: Entry | undefined
-    if (this.feed.listening) {
-      // A refresh serves a snapshot taken after this read began, even if a change overtook it (then not kept).
-      if (source === 'refresh') entry = await this.build()
-      else entry = this.unapplied === 0 ? this.entry : await this.changes.then(() => this.entry)
+  /**
+   * Runs an own update of row `id`: once it has committed, the next read here lists its row, or a newer version
+   * read again when another change of the row was announced meanwhile (only the database knows which is newer).
+   */
+  async updating<R> (id: bigint, write: Promise<R>, updated: (result: R) => T | undefined): Promise<R> {
+    const watch: Watch = { touched: false }
+    const watches = this.watches.get(id) ?? new Set()
+    watches.add(watch)
+    this.watches.set(id, watches)
+    const unwatch = (): void => {
+      watches.delete(watch)
+      if (watches.size === 0 && this.watches.get(id) === watches) this.watches.delete(id)
     }
-    // Deaf, or dropped meanwhile (a change the cache could not apply): the database answers this one.
-    if (entry === undefined) {
-      this.reads.database++
-      return await bodyOf(await this.snapshot())
-    }
-    this.reads[source === 'cache' && entry.body === undefined ? 'appended' : source]++
-    if (entry.body !== undefined) return entry.body
-    entry.pending ??= bodyOf(entry)
-    return await entry.pending
-  }
-
-  private async snapshot (): Promise<Entry> {
-    const entry: Entry = { segments: [], prefixes: [createHash('sha1').update(OPEN)], validPrefixes: 0 }
-    await this.source.listJson(SEGMENT_IDS, segment => {
-      entry.segments.push(segment)
-      entry.validPrefixes = hashPrefixes(entry.prefixes, entry.segments, entry.validPrefixes) // as the build reads
+    const result = await write.catch((err: unknown) => {
+      unwatch()
+      throw err
     })
-    return entry
+    const row = updated(result)
+    if (row === undefined) unwatch()
+    else this.announce(async generation => { await this.applyUpdate(row, watch, generation) }, unwatch)
+    return result
+  }
+
+  /** Ids this instance deleted: gone from the next read here. */
+  deleted (ids: readonly bigint[]): void {
+    this.announce(async () => { this.change([], ids) })
+  }
+
+  private notified (payload: string): void {
+    const announced = ANNOUNCEMENT.exec(payload)
+    if (announced === null) {
+      this.invalidate() // '' (a TRUNCATE) or '*' (more ids than a notification holds)
+      return
+    }
+    const kind = (announced[1] ?? 'inserted') as Kind
+    const ids = (announced[2] as string).split(',').map(BigInt)
+    if (kind !== 'inserted') {
+      for (const id of ids) for (const watch of this.watches.get(id) ?? []) watch.touched = true
+    }
+    this.announce(async generation => { await this.follow(kind, ids, generation) })
+  }
+
+  /** Brings the announced rows up to date: deleted ones removed, the others read again (gone: removed). */
+  private async follow (kind: Kind, ids: bigint[], generation: number): Promise<void> {
+    if (kind === 'deleted') {
+      this.change([], ids)
+      return
+    }
+    let wanted = ids
+    if (kind === 'inserted') {
+      // The rows of this instance's own creates are in the list already, or will be once those creates answer.
+      if (this.creates.size > 0 && !ids.every(id => this.has(id))) await Promise.allSettled([...this.creates])
+      if (generation !== this.generation) return
+      wanted = ids.filter(id => !this.has(id))
+      if (wanted.length === 0) {
+        this.echoes.inc()
+        return
+      }
+    }
+    await this.reread(wanted, generation)
+  }
+
+  private async applyUpdate (row: T, watch: Watch, generation: number): Promise<void> {
+    if (watch.touched) await this.reread([row.id], generation)
+    else this.change([row], [])
+  }
+
+  private async reread (ids: bigint[], generation: number): Promise<void> {
+    const rows = await this.source.getMany(ids)
+    if (generation !== this.generation) return
+    const found = new Set(rows.map(row => row.id))
+    this.change(rows, ids.filter(id => !found.has(id)))
+  }
+
+  private has (id: bigint): boolean {
+    return this.list?.has(id) === true
+  }
+
+  private addNew (rows: readonly T[]): void {
+    const fresh = rows.filter(row => !this.has(row.id))
+    if (fresh.length > 0) this.change(fresh, [])
+  }
+
+  private change (rows: readonly T[], removed: readonly bigint[]): void {
+    const list = this.list as SegmentedList
+    for (const row of rows) this.rowsChanged[list.has(row.id) ? 'replaced' : 'added']++
+    for (const id of removed) if (list.has(id)) this.rowsChanged.removed++
+    list.apply(rows.map(row => this.json(row)), removed)
+  }
+
+  private json (row: T): RowJson {
+    return { id: row.id, json: Buffer.from(this.serialize(row)) }
+  }
+
+  /** The list to answer from, after the changes announced before this read; undefined while the feed is deaf. */
+  private async current (): Promise<{ list: SegmentedList, source: Source } | undefined> {
+    if (!this.feed.listening) return undefined
+    let source: Source = 'cache'
+    if (this.list === undefined) {
+      await this.build()
+      source = 'refresh'
+    }
+    if (this.unapplied > 0) await this.changes
+    // Dropped meanwhile (a change the cache could not follow): the database answers this one.
+    return this.list === undefined ? undefined : { list: this.list, source }
+  }
+
+  private async snapshot (): Promise<SegmentedList> {
+    const list = new SegmentedList()
+    await this.source.listJson(SEGMENT_IDS, segment => { list.append(segment) })
+    return list
   }
 
   /** One build at a time, shared; changes announced while it read are applied after it (none added twice). */
-  private async build (): Promise<Entry> {
+  private async build (): Promise<void> {
     if (this.building?.generation !== this.generation) {
       const generation = this.generation
-      const promise = this.snapshot().then(entry => {
-        if (generation === this.generation && this.feed.listening) this.entry = entry
-        return entry
+      const promise = this.snapshot().then(list => {
+        if (generation === this.generation && this.feed.listening) this.list = list
+        return list
       })
       const building = { generation, promise }
       this.building = building
       promise.catch(() => { if (generation === this.generation) this.invalidate() })
         .finally(() => { if (this.building === building) this.building = undefined })
     }
-    return await this.building.promise
+    await this.building.promise
   }
 
-  /** Applies a change after those announced before it (and after the build under way, if any). */
-  private announce (change: (generation: number) => Promise<void>): void {
+  /** Applies a change after those announced before it (and after the build under way); `settled` runs either way. */
+  private announce (change: (generation: number) => Promise<void>, settled?: () => void): void {
     const building = this.building?.promise
-    if (this.entry === undefined && building === undefined) return // nothing cached: the next build reads it
+    if (this.list === undefined && building === undefined) {
+      settled?.() // nothing cached: the next build reads it
+      return
+    }
     const generation = this.generation
     this.unapplied++
     this.changes = this.changes.then(async () => {
       await building
-      if (generation === this.generation && this.entry !== undefined) await change(generation)
+      if (generation === this.generation && this.list !== undefined) await change(generation)
     }).catch(() => {
       // The database could not say what changed: nobody may be served a list without it.
       if (generation === this.generation) this.invalidate()
-    }).finally(() => { this.unapplied-- })
+    }).finally(() => {
+      this.unapplied--
+      settled?.()
+    })
   }
 
-  private async reread (keys: bigint[], generation: number): Promise<void> {
-    for (const key of keys) {
-      const rows = await this.source.getRange(key * SEGMENT_IDS, (key + 1n) * SEGMENT_IDS)
-      if (generation !== this.generation) return
-      const segments = [...(this.entry as Entry).segments]
-      const at = segmentIndex(segments, key)
-      const replacement = rows.length === 0 ? [] : [segmentOf(rows, this.serialize)]
-      segments.splice(at, segments[at]?.key === key ? 1 : 0, ...replacement)
-      this.install(segments, at)
-    }
-  }
-
-  /** Adds the rows of announced ids that the list lacks (none: the echo of an own create), read by id. */
-  private async addAnnounced (ids: bigint[], generation: number): Promise<void> {
-    if (this.writes.size > 0 && ids.some(id => !this.has(id))) {
-      await Promise.allSettled([...this.writes])
-      if (generation !== this.generation) return
-    }
-    const missing = ids.filter(id => !this.has(id))
-    if (missing.length === 0) {
-      this.echoes++
-      return
-    }
-    const rows = await this.source.getMany(missing)
-    if (generation !== this.generation) return
-    // Announced, committed, and gone already: a delete is on its way; until then nothing is certain.
-    if (rows.length !== missing.length) throw new Error('an announced row no longer exists')
-    await this.reread(this.add(rows), generation)
-  }
-
-  private has (id: bigint): boolean {
-    const segments = this.entry?.segments ?? []
-    const segment = segments[segmentIndex(segments, keyOf(id))]
-    return segment?.key === keyOf(id) && holds(segment, id)
-  }
-
-  /** Adds rows (sorted) to their segments; returns the keys of segments they fall inside of, to be read again. */
-  private add (rows: T[]): bigint[] {
-    const segments = [...(this.entry as Entry).segments]
-    const reread: bigint[] = []
-    let changedFrom = segments.length
-    for (let from = 0, to = 0; from < rows.length; from = to) {
-      const key = keyOf((rows[from] as T).id)
-      while (to < rows.length && keyOf((rows[to] as T).id) === key) to++
-      const group = rows.slice(from, to)
-      const at = segmentIndex(segments, key)
-      const segment = segments[at]
-      if (segment?.key !== key) {
-        segments.splice(at, 0, segmentOf(group, this.serialize))
-      } else {
-        const fresh = group.filter(row => !holds(segment, row.id))
-        if (fresh.length === 0) continue
-        const added = segmentOf(fresh, this.serialize)
-        if ((fresh[0] as T).id > (segment.ids.at(-1) as bigint)) segments[at] = joined(segment, added)
-        else if ((fresh.at(-1) as T).id < (segment.ids[0] as bigint)) segments[at] = joined(added, segment)
-        else reread.push(key)
-      }
-      changedFrom = Math.min(changedFrom, at)
-    }
-    this.install(segments, changedFrom)
-    return reread
-  }
-
-  private install (segments: Segment[], changedFrom: number): void {
-    const entry = this.entry as Entry
-    if (changedFrom >= segments.length && segments.length === entry.segments.length) return
-    entry.segments = segments
-    entry.validPrefixes = Math.min(entry.validPrefixes, changedFrom)
-    entry.body = entry.pending = undefined
+  private registerMetrics (registry: Registry): void {
+    const prefix = this.source.name
+    countsOf(registry, `${prefix}_list_reads_total`, 'List reads (whole or a page) by source: cache, changed (the ' +
+      'cache after changes it applied), refresh (the whole list built from the database, one build shared by ' +
+      'waiting readers) or database (the change feed cannot vouch for the cache)', 'source', this.reads)
+    countsOf(registry, `${prefix}_list_rows_changed_total`, 'Rows the cached list added, replaced or removed as ' +
+      'creates, updates and deletes were announced', 'change', this.rowsChanged)
   }
 }
 
-function registerMetrics (prefix: string, feed: ChangeFeed, registry: Registry, reads: Record<string, number>,
-  echoes: () => number): void {
-  const registers = [registry]
-  /* eslint-disable no-new */
+/** A counter of plain counts by one label, read at scrape time: nothing on the requests' path. */
+function countsOf (registry: Registry, name: string, help: string, label: string, counts: Record<string, number>):
+void {
+  // eslint-disable-next-line no-new
   new Counter({
-    name: `${prefix}_list_reads_total`,
-    help: 'List reads by source: cache, appended (the cache plus rows added since), refresh (built from the ' +
-      'database, one build shared by waiting readers) or database (change feed down or deaf)',
-    labelNames: ['source'],
-    registers,
-    collect () { this.reset(); for (const [source, count] of Object.entries(reads)) this.labels(source).inc(count) }
+    name,
+    help,
+    labelNames: [label],
+    registers: [registry],
+    collect () {
+      this.reset()
+      for (const [value, count] of Object.entries(counts)) this.labels(value).inc(count)
+    }
   })
-  const gauge = (name: string, help: string, value: () => number): void => {
-    new Gauge({ name: `${prefix}_change_feed_${name}`, help, registers, collect () { this.set(value()) } })
-  }
-  gauge('listening', '1 while the change feed hears notifications (its last probe was echoed) and the list cache ' +
-    'may be used; 0: the list is read from the database', () => feed.listening ? 1 : 0)
-  gauge('drops', 'Times the change feed connection was lost, could not be made, or was found deaf', () => feed.drops)
-  gauge('probes_missed', 'Probe notifications the change feed sent through the pool and did not hear in time',
-    () => feed.probesMissed)
-  gauge('echo_seconds', 'Time from sending the change feed\'s last heard probe notification to its echo',
-    () => feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000)
-  gauge('own_echoes', 'Notifications that announced only rows the cached list already had (this instance\'s own ' +
-    'creates)', echoes)
-  new Gauge({
-    name: `${prefix}_change_feed_connection_info`,
-    help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)',
-    labelNames: ['connection'],
-    registers,
-    collect () { this.labels(feed.connectionName).set(1) }
-  })
-  /* eslint-enable no-new */
 }

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { constants, createBrotliCompress, createGzip, type Gzip, type BrotliCompress } from 'node:zlib'
 import { Counter, type Registry } from 'prom-client'
-import { listBody, type ListBody } from './list-cache.js'
+import { listBody, type ListBody } from './segmented-list.js'
 
 export type ListEncoding = 'br' | 'gzip'
 

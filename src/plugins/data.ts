@@ -12,7 +12,7 @@ declare module 'fastify' {
   interface FastifyInstance {
     db: Database
     changeFeed: ChangeFeed
-    collection: <New extends object, T extends Row>(options: CollectionOptions) => Collection<New, T>
+    collection: <New extends object, T extends Row>(options: CollectionOptions<T>) => Collection<New, T>
     /** Refuses (StartupError) when a collection's table or its change-notification triggers are missing. */
     verifyTables: () => Promise<void>
   }
@@ -33,7 +33,8 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
     // As long as the pool itself lets the probe wait for a connection and run.
     probeSendTimeoutMs: options.database.connectionTimeoutMs + options.database.statementTimeoutMs + 1000,
     log: app.log,
-    onConnect: db.servers.register
+    onConnect: db.servers.register,
+    registry: app.metrics
   })
   db.servers.onMove(() => { feed.reconnectIf(client => db.servers.isStale(client)) })
   const idempotency = new IdempotencyStore(db)
@@ -41,7 +42,7 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
   const tables: Array<{ problem: () => Promise<string | undefined> }> = []
   app.decorate('db', db)
   app.decorate('changeFeed', feed)
-  app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions) => {
+  app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions<T>) => {
     const made = new Collection<New, T>({ db, feed, idempotency, registry: app.metrics }, collection)
     tables.push(made.table)
     return made

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { sha256 } from '../../src/config.js'
-import { generateKey, keyPrefix } from '../../src/http/api-keys.js'
+import { generateKey, keyPrefix } from '../../src/keys/store.js'
 import { testApp, until } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
 import { withClient } from '../helpers/pg-client.js'

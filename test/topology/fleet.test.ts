@@ -41,7 +41,7 @@ t.test('a fleet of three: creates from any instance, committed in any order, rea
   const refreshes = async (): Promise<number[]> => await Promise.all(instances.list.map(async i => await metric(i, 'categories_list_reads_total', '{source="refresh"}')))
   // Each instance builds its list once it hears (the seed's insert said "too many" rows: every instance dropped its list).
   for (const instance of instances.list) {
-    for (let i = 0; i < 100 && await metric(instance, 'categories_change_feed_listening', '') !== 1; i++) await sleep(50)
+    for (let i = 0; i < 100 && await metric(instance, 'change_feed_listening', '') !== 1; i++) await sleep(50)
     await get(instance)
   }
   const built = await refreshes()

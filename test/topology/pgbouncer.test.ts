@@ -199,13 +199,13 @@ for (const mode of ['transaction', 'session'] as PoolMode[]) {
         t.comment(`B's list reads: ${JSON.stringify({ cache: await reads('cache'), database: await reads('database') })}`)
         if (mode === 'transaction') {
           // LISTEN through a transaction pooler hears nothing: the feed must know it, and say so.
-          t.equal(await metric(b, 'categories_change_feed_listening'), 0, 'B\'s feed does not claim to hear')
-          t.ok(await metric(b, 'categories_change_feed_probes_missed') > 0, 'its probes went unheard')
+          t.equal(await metric(b, 'change_feed_listening'), 0, 'B\'s feed does not claim to hear')
+          t.ok(await metric(b, 'change_feed_probes_missed_total') > 0, 'its probes went unheard')
           t.ok(await reads('database') > 0, 'B reads the list from the database')
           t.match(both.log(b), /did not hear its own notification.*set DATABASE_DIRECT_URL/, 'and its log names the setting that fixes it')
         } else {
           // A session pooler keeps the listening connection's session: LISTEN works.
-          t.equal(await metric(b, 'categories_change_feed_listening'), 1, 'B\'s feed hears')
+          t.equal(await metric(b, 'change_feed_listening'), 1, 'B\'s feed hears')
           t.ok(await reads('cache') > 0, 'B serves the list from its cache')
         }
       })
@@ -247,10 +247,10 @@ t.test('transaction pooling with DATABASE_DIRECT_URL: the change feed listens di
   const [a, b] = instances.list as [Instance, Instance]
   for (const instance of instances.list) {
     const deadline = Date.now() + 10000
-    while (await metric(instance, 'categories_change_feed_listening') !== 1 && Date.now() < deadline) await sleep(50)
-    t.equal(await metric(instance, 'categories_change_feed_listening'), 1, `${instance.name}'s feed hears`)
-    t.equal(await metric(instance, 'categories_change_feed_connection_info', '{connection="DATABASE_DIRECT_URL"}'), 1, 'on DATABASE_DIRECT_URL')
-    t.comment(`${instance.name}: probe echo ${(await metric(instance, 'categories_change_feed_echo_seconds') * 1000).toFixed(1)} ms`)
+    while (await metric(instance, 'change_feed_listening') !== 1 && Date.now() < deadline) await sleep(50)
+    t.equal(await metric(instance, 'change_feed_listening'), 1, `${instance.name}'s feed hears`)
+    t.equal(await metric(instance, 'change_feed_connection_info', '{connection="DATABASE_DIRECT_URL"}'), 1, 'on DATABASE_DIRECT_URL')
+    t.comment(`${instance.name}: probe echo ${(await metric(instance, 'change_feed_echo_seconds') * 1000).toFixed(1)} ms`)
   }
   await loadAndAudit(t, instances, url, 4000)
   const cacheReads = await metric(b, 'categories_list_reads_total', '{source="cache"}')

@@ -326,7 +326,11 @@ Promise<EmbeddedDatabase> {
     await lock.record({ postgresPid: child.pid, postgresPort: port })
     const stop = async (): Promise<void> => {
       child.kill('SIGINT') // fast shutdown: open transactions roll back
-      const stopped = await Promise.race([exited.then(() => true), sleep(STOP_TIMEOUT_MS).then(() => false)])
+      // The timeout is cancelled once postgres has stopped: left pending, it would keep the process alive 30 s more.
+      const timeout = new AbortController()
+      const overdue = sleep(STOP_TIMEOUT_MS, false, { signal: timeout.signal }).catch(() => false)
+      const stopped = await Promise.race([exited.then(() => true), overdue])
+      timeout.abort()
       if (!stopped) { child.kill('SIGQUIT'); await exited } // immediate; SIGKILL would leave its backends running
       if (givenLock === undefined) await lock.release()
     }

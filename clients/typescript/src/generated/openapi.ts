@@ -12,8 +12,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * List every category
-         * @description All categories, ordered by id ascending; no paging. The 200 carries a strong ETag; send it back in If-None-Match to get a 304 while the list is unchanged.
+         * List every category, or a page
+         * @description All categories, ordered by id ascending. The 200 carries a strong ETag; send it back in If-None-Match to get a 304 while the list is unchanged. With limit (and after, the last id of the page before): a page of the same list, with a Link header to the next page while rows follow it; a page carries no ETag.
          */
         get: operations["listCategories"];
         put?: never;
@@ -39,15 +39,27 @@ export interface paths {
          * Get one category (experimental)
          * @description Experimental: may change incompatibly or disappear in any release, without a deprecation period.
          *
-         *     The category with this id.
+         *     The category with this id, with its ETag; If-None-Match with it gives a 304 while it is unchanged.
          */
         get: operations["getCategory"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a category (experimental)
+         * @description Experimental: may change incompatibly or disappear in any release, without a deprecation period.
+         *
+         *     Deletes the category; its id is never used again. With If-Match, only if the row is still that version.
+         */
+        delete: operations["deleteCategory"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Update a category (experimental)
+         * @description Experimental: may change incompatibly or disappear in any release, without a deprecation period.
+         *
+         *     A JSON merge patch (RFC 7396) of NewCategory: members sent replace the stored ones, members left out stay, null removes an optional member. With If-Match, only if the row is still that version. The 200 is the whole updated category and its new ETag.
+         */
+        patch: operations["updateCategory"];
         trace?: never;
     };
     "/pets/{petId}": {
@@ -101,7 +113,7 @@ export interface components {
              * @description Machine-readable error code
              * @enum {string}
              */
-            code: "VALIDATION_FAILED" | "UNAUTHORIZED" | "FORBIDDEN" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "IDEMPOTENCY_KEY_IN_USE" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "EXPECTATION_FAILED" | "IDEMPOTENCY_KEY_REUSED" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "HTTP_VERSION_NOT_SUPPORTED" | "MALFORMED_JSON" | "CONFLICT";
+            code: "VALIDATION_FAILED" | "UNAUTHORIZED" | "FORBIDDEN" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "IDEMPOTENCY_KEY_IN_USE" | "PRECONDITION_FAILED" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "EXPECTATION_FAILED" | "IDEMPOTENCY_KEY_REUSED" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "HTTP_VERSION_NOT_SUPPORTED" | "MALFORMED_JSON" | "CONFLICT";
             /** @description Human-readable explanation; never internals */
             message: string;
             /** @description Equal to the HTTP status of the response */
@@ -139,6 +151,22 @@ export interface components {
              */
             description?: string;
         };
+        /**
+         * CategoryPatch
+         * @description A JSON merge patch of NewCategory: members sent replace the stored ones, members left out stay, and null removes an optional member.
+         */
+        CategoryPatch: {
+            /**
+             * @description Display name: 1 to 255 Unicode code points, at least one non-whitespace character, no control characters (C0, DEL, C1; a trailing line feed included). No lone surrogates (a UTF-16 surrogate code unit outside a valid pair, which only a \u escape in JSON can make): the server refuses them with 400, a pattern cannot say it portably. Stored exactly as sent.
+             * @example Dogs
+             */
+            name?: string;
+            /**
+             * @description Free text: 0 to 2000 Unicode code points; tab, line feed and carriage return are the only control characters allowed. No lone surrogates (a UTF-16 surrogate code unit outside a valid pair, which only a \u escape in JSON can make): the server refuses them with 400, a pattern cannot say it portably. Stored exactly as sent.
+             * @example Loyal companions
+             */
+            description?: string | null;
+        };
     };
     responses: never;
     parameters: never;
@@ -150,16 +178,31 @@ export type $defs = Record<string, never>;
 export interface operations {
     listCategories: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description A page: at most this many rows (1 to 10000), in id order, and a Link header to the next page while rows follow
+                 * @example 100
+                 */
+                limit?: number;
+                /**
+                 * @description With limit: the page starts after this id (the last id of the page before); without it, at the first row
+                 * @example 1
+                 */
+                after?: bigint;
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description Every category, ordered by id ascending */
+            /** @description Every category, or a page of them, ordered by id ascending */
             200: {
                 headers: {
+                    /** @description Strong, of the whole list (not sent with a page) */
+                    etag?: string;
+                    /** @description With a page, while rows follow it: <the next page>; rel="next" */
+                    link?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -172,6 +215,22 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description The request breaks a rule: the message names the field or problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "'limit' must be a decimal integer from 1 to 10000",
+                     *       "status": 400
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
             };
             /** @description Missing or invalid API key */
             401: {
@@ -437,11 +496,20 @@ export interface operations {
             /** @description The category with this id */
             200: {
                 headers: {
+                    /** @description Strong: the version of this row; send it in If-Match to change the row only as read */
+                    etag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Category"];
                 };
+            };
+            /** @description Not Modified: the list still has the ETag sent in If-None-Match; no body. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The request breaks a rule: the message names the field or problem */
             400: {
@@ -486,6 +554,363 @@ export interface operations {
                      *       "code": "NOT_FOUND",
                      *       "message": "no category with id 42",
                      *       "status": 404
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests (see Retry-After and RateLimit) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "RATE_LIMITED",
+                     *       "message": "too many failed authentication attempts from this address; retry in 42 s",
+                     *       "status": 429
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "INTERNAL_ERROR",
+                     *       "message": "internal error",
+                     *       "status": 500
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Database unreachable, shutting down or overloaded (see Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "SERVICE_UNAVAILABLE",
+                     *       "message": "the database is unavailable; retry shortly",
+                     *       "status": 503
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deleteCategory: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The ETag of the row as read (or *): the write happens only if the row is still that version, else 412 and nothing changes
+                 * @example *
+                 */
+                "if-match"?: string;
+            };
+            path: {
+                /**
+                 * @description The id: a decimal integer from 1 to 9223372036854775807
+                 * @example 1
+                 */
+                id: bigint;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted and committed; no body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request breaks a rule: the message names the field or problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "'id' must be a decimal integer from 1 to 9223372036854775807",
+                     *       "status": 400
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNAUTHORIZED",
+                     *       "message": "an API key is required: send Authorization: Bearer <key>",
+                     *       "status": 401
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The API key lacks the scope this operation needs (read keys may only list and get) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "FORBIDDEN",
+                     *       "message": "this API key has the read scope; POST needs a key with the write scope",
+                     *       "status": 403
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description No such resource */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "NOT_FOUND",
+                     *       "message": "no category with id 42",
+                     *       "status": 404
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description If-Match does not name the current ETag: the resource changed since it was read */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "PRECONDITION_FAILED",
+                     *       "message": "category 42 has changed since it was read: If-Match does not name its current ETag",
+                     *       "status": 412
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests (see Retry-After and RateLimit) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "RATE_LIMITED",
+                     *       "message": "too many failed authentication attempts from this address; retry in 42 s",
+                     *       "status": 429
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "INTERNAL_ERROR",
+                     *       "message": "internal error",
+                     *       "status": 500
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Database unreachable, shutting down or overloaded (see Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "SERVICE_UNAVAILABLE",
+                     *       "message": "the database is unavailable; retry shortly",
+                     *       "status": 503
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    updateCategory: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The ETag of the row as read (or *): the write happens only if the row is still that version, else 412 and nothing changes
+                 * @example *
+                 */
+                "if-match"?: string;
+            };
+            path: {
+                /**
+                 * @description The id: a decimal integer from 1 to 9223372036854775807
+                 * @example 1
+                 */
+                id: bigint;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/merge-patch+json": components["schemas"]["CategoryPatch"];
+                "application/json": components["schemas"]["CategoryPatch"];
+            };
+        };
+        responses: {
+            /** @description The category as updated and committed */
+            200: {
+                headers: {
+                    /** @description Strong: the version of this row; send it in If-Match to change the row only as read */
+                    etag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Category"];
+                };
+            };
+            /** @description The request breaks a rule: the message names the field or problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "'id' must be a decimal integer from 1 to 9223372036854775807",
+                     *       "status": 400
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNAUTHORIZED",
+                     *       "message": "an API key is required: send Authorization: Bearer <key>",
+                     *       "status": 401
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The API key lacks the scope this operation needs (read keys may only list and get) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "FORBIDDEN",
+                     *       "message": "this API key has the read scope; POST needs a key with the write scope",
+                     *       "status": 403
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description No such resource */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "NOT_FOUND",
+                     *       "message": "no category with id 42",
+                     *       "status": 404
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description If-Match does not name the current ETag: the resource changed since it was read */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "PRECONDITION_FAILED",
+                     *       "message": "category 42 has changed since it was read: If-Match does not name its current ETag",
+                     *       "status": 412
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "PAYLOAD_TOO_LARGE",
+                     *       "message": "request body is larger than the limit",
+                     *       "status": 413
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body is not application/json, or has a Content-Encoding other than identity */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNSUPPORTED_MEDIA_TYPE",
+                     *       "message": "Content-Type must be application/json",
+                     *       "status": 415
                      *     }
                      */
                     "application/json": components["schemas"]["Error"];

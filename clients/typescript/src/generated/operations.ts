@@ -9,17 +9,18 @@ import type { components, paths } from './openapi.js'
 export type ErrorBody = components['schemas']['Error']
 export type NewCategory = components['schemas']['NewCategory']
 export type Category = components['schemas']['Category']
+export type CategoryPatch = components['schemas']['CategoryPatch']
 
 /** One method per operation of the document, over an openapi-fetch client of its paths. */
 export function operationMethods (client: Client<paths>) {
   return {
     /**
-     * List every category
+     * List every category, or a page
      *
-     * All categories, ordered by id ascending; no paging. The 200 carries a strong ETag; send it back in If-None-Match to get a 304 while the list is unchanged.
+     * All categories, ordered by id ascending. The 200 carries a strong ETag; send it back in If-None-Match to get a 304 while the list is unchanged. With limit (and after, the last id of the page before): a page of the same list, with a Link header to the next page while rows follow it; a page carries no ETag.
      */
-    async listCategories (request: { ifNoneMatch?: string } = {}): Promise<ListResult<Category[]>> {
-      return listAnswer<Category[]>(await client.GET('/categories', { headers: { 'if-none-match': request.ifNoneMatch }, parseAs: 'text' }))
+    async listCategories (request: { limit?: number, after?: bigint, ifNoneMatch?: string } = {}): Promise<ListResult<Category[]>> {
+      return listAnswer<Category[]>(await client.GET('/categories', { params: { query: { limit: request.limit, after: request.after } }, headers: { 'if-none-match': request.ifNoneMatch }, parseAs: 'text' }))
     },
 
     /**
@@ -36,10 +37,32 @@ export function operationMethods (client: Client<paths>) {
      *
      * Experimental: may change incompatibly or disappear in any release, without a deprecation period.
      *
-     * The category with this id.
+     * The category with this id, with its ETag; If-None-Match with it gives a 304 while it is unchanged.
      */
-    async getCategory (id: bigint): Promise<Result<Category>> {
-      return answer<Category>(await client.GET('/categories/{id}', { params: { path: { id } }, parseAs: 'text' }))
+    async getCategory (id: bigint, request: { ifNoneMatch?: string } = {}): Promise<ListResult<Category>> {
+      return listAnswer<Category>(await client.GET('/categories/{id}', { params: { path: { id } }, headers: { 'if-none-match': request.ifNoneMatch }, parseAs: 'text' }))
+    },
+
+    /**
+     * Update a category (experimental)
+     *
+     * Experimental: may change incompatibly or disappear in any release, without a deprecation period.
+     *
+     * A JSON merge patch (RFC 7396) of NewCategory: members sent replace the stored ones, members left out stay, null removes an optional member. With If-Match, only if the row is still that version. The 200 is the whole updated category and its new ETag.
+     */
+    async updateCategory (id: bigint, body: CategoryPatch, request: { ifMatch?: string } = {}): Promise<Result<Category>> {
+      return answer<Category>(await client.PATCH('/categories/{id}', { body, params: { path: { id }, header: { 'if-match': request.ifMatch } }, parseAs: 'text' }))
+    },
+
+    /**
+     * Delete a category (experimental)
+     *
+     * Experimental: may change incompatibly or disappear in any release, without a deprecation period.
+     *
+     * Deletes the category; its id is never used again. With If-Match, only if the row is still that version.
+     */
+    async deleteCategory (id: bigint, request: { ifMatch?: string } = {}): Promise<Result<null>> {
+      return answer<null>(await client.DELETE('/categories/{id}', { params: { path: { id }, header: { 'if-match': request.ifMatch } }, parseAs: 'text' }))
     },
 
     /**

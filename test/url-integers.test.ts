@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
 import t from 'tap'
-import { Int64IdParams, int64IdValidatorCompiler } from '../src/http/int64-id.js'
+import { Int64IdParams, urlIntegersValidatorCompiler } from '../src/http/url-integers.js'
 import { AUTH, json, testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
@@ -12,7 +12,7 @@ const { app } = await testApp(t, db.url, {}, {
   register: async app => {
     app.withTypeProvider<TypeBoxTypeProvider>().put('/v1/int64-probe/:id', {
       schema: { params: Int64IdParams, body: Type.Object({ name: Type.String({ minLength: 1 }) }, { additionalProperties: false }) },
-      validatorCompiler: int64IdValidatorCompiler(app)
+      validatorCompiler: urlIntegersValidatorCompiler(app)
     }, async request => ({ id: String(request.params.id), type: typeof request.params.id, name: request.body.name }))
   }
 })
@@ -68,7 +68,9 @@ t.test('the same validator on a route with a body: the id as a bigint, the body 
   t.same(emptyName.json(), { code: 'VALIDATION_FAILED', message: "'name' must be at least 1 character long", status: 400 })
 })
 
-t.test('a params schema other than Int64IdParams is refused when the route is built', async t => {
-  const compile = int64IdValidatorCompiler(app)
-  t.throws(() => compile({ schema: Type.Object({ petId: Type.String() }), method: 'GET', url: '/v1/x/:petId', httpPart: 'params' }), /validates Int64IdParams only, not petId/)
+t.test('a params or querystring member that is not an integer is refused when the route is built', async t => {
+  const compile = urlIntegersValidatorCompiler(app)
+  for (const httpPart of ['params', 'querystring']) {
+    t.throws(() => compile({ schema: Type.Object({ petId: Type.String() }), method: 'GET', url: '/v1/x/:petId', httpPart }), /'petId' is not an integer/, httpPart)
+  }
 })
