@@ -101,8 +101,9 @@ const stallOf = (round: Round, phase: string): number => Math.max(0, ...(round.g
 
 async function write (url: string, method: string, body?: object): Promise<void> {
   const contentType = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
+  const headers = body === undefined ? AUTH : { ...AUTH, 'content-type': contentType }
   const text = body === undefined ? undefined : JSON.stringify(body)
-  const response = await fetch(url, { method, headers: { ...AUTH, 'content-type': contentType }, body: text })
+  const response = await fetch(url, { method, headers, body: text })
   await response.arrayBuffer()
   if (response.status >= 300) throw new Error(`${method} ${url} answered ${response.status}`)
 }
@@ -178,9 +179,9 @@ function verdicts (rounds: Round[], peakRss: number, bodyBytes: number): Verdict
   const overall = (phase: string): number => median(rounds.map(round => msOf(round, phase)))
   const coldOverCopy = overall(COLD) / overall(COPY)
   const warmOverStatic = overall(WARM) / overall(STATIC)
-  const afterWrites = Object.entries(AFTER).map(([what, phase]) => {
+  const afterWrites = Object.values(AFTER).map(phase => {
     const ratios = rounds.map(round => msOf(round, phase) / msOf(round, WARM))
-    const target = `first GET after a ${what} ≤ ${AFTER_WRITE_OVER_WARM} × the warm GET, every round`
+    const target = `${phase} ≤ ${AFTER_WRITE_OVER_WARM} × the warm GET, every round`
     return verdict(target, ratios.map(r => ratioText(r)).join(', '), ratios.every(r => r <= AFTER_WRITE_OVER_WARM))
   })
   const slowest = (phases: string[]): number => Math.max(...rounds.flatMap(round => phases.map(p => stallOf(round, p))))

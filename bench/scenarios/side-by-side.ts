@@ -230,7 +230,8 @@ async function runPhase (scenarios: Scenario[], servers: ServerKind[], context: 
           const wrote = scenario.kind !== 'get' && databaseUrl !== undefined
           const added = wrote ? await restoreTable(databaseUrl, rows) : 0
           log(`${kind} ${scenario.title}, round ${round + 1}/${rounds}: ${m.rps.toFixed(0)} req/s, ` +
-            `failures ${m.failures}, peak RSS ${mb(m.peakRssBytes)} MB, other CPU ${m.cpu.other}%, rows added ${added}`)
+            `failures ${m.failures}, peak RSS ${mb(m.peakRssBytes)} MB, other CPU ${m.cpu.other}%, ` +
+            `rows deleted after it ${added}`)
         }
       }
       for (const kind of mine) results.push(combineRounds(byServer.get(kind) ?? []))
