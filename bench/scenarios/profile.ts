@@ -45,7 +45,7 @@ const RULES: Rule[] = [
   { label: 'V8 and native code outside JavaScript', natives: ['(program)'] },
   { label: 'auth: SHA-256 of the key (node:crypto)', urls: ['internal/crypto/hash'], natives: ['timingSafeEqual'] },
   { label: 'request id (randomUUID)', urls: ['internal/crypto/random'] },
-  { label: 'auth: key check and limits', urls: ['/auth.', 'api-keys', 'bearer-auth', 'rate-limit', 'toad-cache'] },
+  { label: 'auth: key check and limits', urls: ['/auth.', '/dist/keys/', 'bearer-auth', 'rate-limit', 'toad-cache'] },
   // traceFields and req: the service's log mixin and request serializer (src/app.ts).
   { label: 'access line (pino)', urls: ['/pino/', 'pino-std', 'sonic-boom'], names: ['traceFields', 'req'] },
   { label: 'duration histogram (prom-client)', urls: ['prom-client'] },
