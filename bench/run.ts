@@ -10,7 +10,6 @@ import { type ScenarioGroup, type Section, buildSource, markdown } from './repor
 import { bigList } from './scenarios/big-list.js'
 import { compression } from './scenarios/compression.js'
 import { fleet } from './scenarios/fleet.js'
-import { page } from './scenarios/page.js'
 import { profile } from './scenarios/profile.js'
 import { sideBySide } from './scenarios/side-by-side.js'
 import { soak } from './scenarios/soak.js'
@@ -18,7 +17,7 @@ import { tracing } from './scenarios/tracing.js'
 import { ROOT, ensurePeers, log, startPostgres } from './servers.js'
 import { ensureWrk } from './wrk.js'
 
-const GROUPS: ScenarioGroup[] = [sideBySide, page, bigList, fleet, compression, tracing, soak, profile]
+const GROUPS: ScenarioGroup[] = [sideBySide, bigList, fleet, compression, tracing, soak, profile]
 
 function chosenIds (): string[] {
   const asked = (process.env.BENCH_SCENARIOS ?? '').split(',').filter(id => id !== '')

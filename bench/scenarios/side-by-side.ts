@@ -23,6 +23,8 @@ interface Scenario {
   kind: LoadKind
   servers: ServerKind[]
   headers?: Record<string, string>
+  /** Else the whole list. */
+  path?: string
 }
 
 const ALL: ServerKind[] = ['ceiling', ...DATABASE_PEERS, 'baseline', 'service']
@@ -34,6 +36,12 @@ const BROTLI = { 'accept-encoding': 'br' }
 const SMALL = { rows: 100, cheapCommits: false }
 const LARGE = { rows: 10_000, cheapCommits: false }
 const CHEAP = { rows: 10_000, cheapCommits: true }
+/** A page of a large list against the whole of a small one (get100): a page is served from the cached list. */
+const PAGED = { rows: numberFromEnv('PAGE_ROWS', 1_000_000), cheapCommits: false }
+const PAGE_LIMIT = 100
+const DEEP_SHARE = 0.9
+const PAGE = `${LIST_PATH}?limit=${PAGE_LIMIT}`
+const DEEP_PAGE = `${PAGE}&after=${Math.floor(PAGED.rows * DEEP_SHARE)}`
 
 const SCENARIOS: Scenario[] = [
   { id: 'get100', title: 'GET list, 100 rows', ...SMALL, kind: 'get', servers: ['floor', ...ALL] },
@@ -48,7 +56,9 @@ const SCENARIOS: Scenario[] = [
   { id: 'delete', title: 'DELETE', ...LARGE, kind: 'delete', servers: SERVICE },
   { id: 'post-cheap', title: 'POST, cheap commits', ...CHEAP, kind: 'post', servers: WITH_DATABASE },
   { id: 'patch-cheap', title: 'PATCH, cheap commits', ...CHEAP, kind: 'patch', servers: SERVICE },
-  { id: 'delete-cheap', title: 'DELETE, cheap commits', ...CHEAP, kind: 'delete', servers: SERVICE }
+  { id: 'delete-cheap', title: 'DELETE, cheap commits', ...CHEAP, kind: 'delete', servers: SERVICE },
+  { id: 'page', title: `GET ${PAGE}, ${PAGED.rows} rows`, ...PAGED, kind: 'get', servers: SERVICE, path: PAGE },
+  { id: 'page-deep', title: `GET ${DEEP_PAGE}`, ...PAGED, kind: 'get', servers: SERVICE, path: DEEP_PAGE }
 ]
 
 /** Another server, the fastest database-backed peer, or the service itself in another scenario. */
@@ -69,7 +79,9 @@ const TARGETS: Target[] = [
   { scenario: 'delete', checks: AS_CHEAP_AS('post'), zeroErrors: true },
   { scenario: 'post-cheap', checks: CREATE_TARGETS },
   { scenario: 'patch-cheap', checks: AS_CHEAP_AS('post-cheap'), zeroErrors: true },
-  { scenario: 'delete-cheap', checks: AS_CHEAP_AS('post-cheap'), zeroErrors: true }
+  { scenario: 'delete-cheap', checks: AS_CHEAP_AS('post-cheap'), zeroErrors: true },
+  { scenario: 'page', checks: [{ against: 'service', scenario: 'get100', min: 0.8 }] },
+  { scenario: 'page-deep', checks: [{ against: 'service', scenario: 'get100', min: 0.8 }] }
 ]
 const MEMORY_LIMIT_BYTES = 150 * 2 ** 20
 /** Rows a delete round gets at least; more when the server created faster in this phase. */
@@ -158,6 +170,14 @@ async function identityList (url: string): Promise<{ status: number, bytes: numb
   return { status: response.status, bytes, etag: response.headers.get('etag') ?? '"no tag was sent"' }
 }
 
+/** A page must hold PAGE_LIMIT rows and name the next: else the service does not page, and its rate means nothing. */
+async function checkPage (url: string): Promise<void> {
+  const response = await fetch(url, { headers: AUTH })
+  const rows = await response.json() as unknown[]
+  const next = response.headers.get('link')?.includes('rel="next"') === true
+  if (response.status !== 200 || rows.length !== PAGE_LIMIT || !next) throw new Error(`GET ${url} answered no page`)
+}
+
 /** A managed key (`npm run keys`) in the server's own database. */
 function managedKey (databaseUrl: string): string {
   const args = [path.join(ROOT, 'dist', 'keys', 'command.js'), 'create', '--name', 'bench', '--scope', 'read']
@@ -186,7 +206,9 @@ async function loadFor (scenario: Scenario, kind: ServerKind, started: Started, 
   const headers: Record<string, string> = { ...AUTH, ...scenario.headers }
   const { url } = server
   const { kind: load, rows } = scenario
-  const spec: LoadSpec = { url, kind: load, connections, durationS, warmupS, headers, namePrefix: context.runId }
+  const namePrefix = context.runId
+  const spec: LoadSpec = { url, kind: load, connections, durationS, warmupS, headers, namePrefix, path: scenario.path }
+  if (scenario.path !== undefined) await checkPage(`${url}${scenario.path}`)
   if (scenario.id === 'etag') headers['if-none-match'] = (await identityList(server.url)).etag
   if (scenario.id === 'keys') headers.authorization = `Bearer ${managedKey(databaseUrl)}`
   if (load === 'patch') spec.updateIds = { first: 1, last: rows }
@@ -314,9 +336,11 @@ export const sideBySide: ScenarioGroup = {
     const servers = order.filter(kind => wanted(kind) && (kind !== 'baseline' || hasBaseline))
     const results: Measurement[] = []
     const notes: string[] = []
-    for (const phase of [SMALL, LARGE, CHEAP]) {
-      const inPhase = (s: Scenario): boolean => s.rows === phase.rows && s.cheapCommits === phase.cheapCommits
-      const scenarios = SCENARIOS.filter(s => ids.includes(s.id) && inPhase(s))
+    const same = (a: typeof SMALL, b: typeof SMALL): boolean => a.rows === b.rows && a.cheapCommits === b.cheapCommits
+    // PAGE_ROWS may name a table another phase has already.
+    const phases = [SMALL, LARGE, CHEAP, PAGED].filter((phase, i, all) => all.findIndex(p => same(p, phase)) === i)
+    for (const phase of phases) {
+      const scenarios = SCENARIOS.filter(s => ids.includes(s.id) && same(s, phase))
       if (scenarios.length > 0) await runPhase(scenarios, servers, context, results, notes)
     }
     const { durationS, warmupS, rounds, connections } = settings()
