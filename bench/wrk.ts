@@ -8,7 +8,6 @@ import path from 'node:path'
 import { AUTH, LIST_PATH, log, numberFromEnv } from './servers.js'
 
 const SCRIPT = path.join(import.meta.dirname, 'wrk', 'scenario.lua')
-const CLOCK_TICKS_PER_SECOND = 100
 /** Slow answers (a 10,000-row list on a busy machine) count in the throughput and the p99, not as errors. */
 const TIMEOUT = '30s'
 const SETTLE_TIMEOUT_MS = 60_000
@@ -47,18 +46,8 @@ export interface LoadResult {
   badStatuses: number
   /** Mean bytes per response, headers included: a 304 scenario answered with 200s shows here. */
   bytesPerResponse: number
+  /** wrk's own CPU over the window. */
   cpuSeconds: number
-}
-
-interface WrkResult {
-  requests: number
-  durationUs: number
-  bytes: number
-  socketErrors: number
-  status: number
-  p50Us: number
-  p99Us: number
-  cpuTicks: number
 }
 
 /** wrk's own threads: one by default, so the load generator never takes more than one of two cores. */
@@ -106,7 +95,7 @@ function scriptEnv (spec: LoadSpec, deleteStream: number, deleteStreams: number)
   return env
 }
 
-async function wrk (spec: LoadSpec, durationS: number, env: NodeJS.ProcessEnv): Promise<WrkResult> {
+async function wrk (spec: LoadSpec, durationS: number, env: NodeJS.ProcessEnv): Promise<LoadResult> {
   const headers = Object.entries(spec.headers ?? AUTH).flatMap(([name, value]) => ['-H', `${name}: ${value}`])
   const connections = ['-t', String(threads(spec)), '-c', String(spec.connections)]
   const target = `${spec.url}${spec.path ?? LIST_PATH}`
@@ -121,7 +110,7 @@ async function wrk (spec: LoadSpec, durationS: number, env: NodeJS.ProcessEnv): 
   })
   const line = out.split('\n').find(l => l.startsWith('BENCH_RESULT '))
   if (code !== 0 || line === undefined) throw new Error(`wrk exited with ${code}: ${out.trim()}`)
-  return JSON.parse(line.slice('BENCH_RESULT '.length)) as WrkResult
+  return JSON.parse(line.slice('BENCH_RESULT '.length)) as LoadResult
 }
 
 /** One answer to a plain GET: requests still in flight from the last window do not leak into the next. */
@@ -144,17 +133,5 @@ export async function runLoad (spec: LoadSpec, onMeasuring: () => void = () => {
     await settle(spec)
   }
   onMeasuring()
-  const r = await wrk(spec, spec.durationS, scriptEnv(spec, streams + stream, 2 * streams))
-  const durationS = r.durationUs / 1e6
-  const msOf = (us: number): number => Math.round(us / 100) / 10
-  return {
-    rps: r.requests / durationS,
-    p50: msOf(r.p50Us),
-    p99: msOf(r.p99Us),
-    total: r.requests,
-    socketErrors: r.socketErrors,
-    badStatuses: r.status,
-    bytesPerResponse: r.requests === 0 ? 0 : Math.round(r.bytes / r.requests),
-    cpuSeconds: r.cpuTicks / CLOCK_TICKS_PER_SECOND
-  }
+  return await wrk(spec, spec.durationS, scriptEnv(spec, streams + stream, 2 * streams))
 }

@@ -96,6 +96,10 @@ if delay_ms > 0 then
   end
 end
 
+local CLOCK_TICKS_PER_SECOND = 100
+local US_PER_MS = 1000
+local US_PER_S = 1000000
+
 -- CPU ticks (user + system, all threads) of this wrk process, from /proc/self/stat.
 local function cpu_ticks()
   local file = io.open("/proc/self/stat")
@@ -107,11 +111,15 @@ local function cpu_ticks()
   return tonumber(fields[12]) + tonumber(fields[13])
 end
 
+-- The result as bench/wrk.ts's LoadResult.
 function done(summary, latency, requests)
   local e = summary.errors
+  local answered = math.max(summary.requests, 1)
   io.write(string.format(
-    'BENCH_RESULT {"requests":%d,"durationUs":%d,"bytes":%d,"socketErrors":%d,"status":%d,' ..
-    '"p50Us":%d,"p99Us":%d,"cpuTicks":%d}\n',
-    summary.requests, summary.duration, summary.bytes, e.connect + e.read + e.write + e.timeout, e.status,
-    latency:percentile(50), latency:percentile(99), cpu_ticks()))
+    'BENCH_RESULT {"total":%d,"rps":%.1f,"p50":%.1f,"p99":%.1f,"socketErrors":%d,"badStatuses":%d,' ..
+    '"bytesPerResponse":%d,"cpuSeconds":%.2f}\n',
+    summary.requests, summary.requests / summary.duration * US_PER_S,
+    latency:percentile(50) / US_PER_MS, latency:percentile(99) / US_PER_MS,
+    e.connect + e.read + e.write + e.timeout, e.status, math.floor(summary.bytes / answered),
+    cpu_ticks() / CLOCK_TICKS_PER_SECOND))
 end
