@@ -60,7 +60,7 @@ export const sum = (values: number[]): number => values.reduce((total, value) =>
 export const rotate = <T>(list: T[], round: number): T[] =>
   [...list.slice(round % list.length), ...list.slice(0, round % list.length)]
 
-export function verdictText (met: boolean | undefined): string {
+function verdictText (met: boolean | undefined): string {
   if (met === undefined) return 'not measured'
   return met ? '**met**' : '**not met**'
 }
@@ -86,7 +86,7 @@ export function buildSource (): string {
 /** The settings a run was made with, as they go before `npm run bench`. */
 const SETTING = /^(BENCH|BIG|PAGE|FLEET|COMPRESSION|SOAK|PROFILE|WRITES)_|^DB_POOL_MAX$/
 
-export interface RunInfo {
+interface RunInfo {
   began: Date
   builtFrom: string
   loadBefore: number[]

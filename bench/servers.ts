@@ -17,7 +17,7 @@ import { freePort, startEmbeddedPostgres } from '@petstore/embedded-postgres'
 import { benchServiceNodeArgs } from './start-command.js'
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url))
-export const API_KEY = 'bench-key-0123456789abcdef'
+const API_KEY = 'bench-key-0123456789abcdef'
 export const AUTH = { authorization: `Bearer ${API_KEY}` }
 export const LIST_PATH = '/v1/categories'
 const START_TIMEOUT_MS = 60_000
@@ -146,7 +146,7 @@ export function ensurePeers (): void {
 }
 
 /** BENCH_SERVICE_ENV: space-separated NAME=value settings for the service alone (not the baseline). */
-export function benchServiceEnv (value = process.env.BENCH_SERVICE_ENV ?? ''): Record<string, string> {
+function benchServiceEnv (value = process.env.BENCH_SERVICE_ENV ?? ''): Record<string, string> {
   const settings: Record<string, string> = {}
   for (const item of value.split(/\s+/).filter(word => word !== '')) {
     const at = item.indexOf('=')
@@ -285,7 +285,7 @@ export async function restoreTable (databaseUrl: string, keep: number): Promise<
   return rowCount ?? 0
 }
 
-export interface SeededOptions {
+interface SeededOptions {
   label: string
   database: string
   cheapCommits?: boolean
