@@ -18,7 +18,7 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace']
 
-type Schema = Record<string, unknown> & { type?: string, properties?: Record<string, Schema>, required?: string[], $ref?: string }
+type Schema = Record<string, unknown> & { type?: string | string[], properties?: Record<string, Schema>, required?: string[], $ref?: string }
 interface Parameter { in: string, name: string, schema?: Schema, example?: unknown }
 interface Operation { parameters?: Parameter[], requestBody?: { content?: Record<string, { schema?: Schema }> } }
 interface Document { paths: Record<string, Record<string, Operation>>, components?: { schemas?: Record<string, Schema> } }
@@ -39,6 +39,9 @@ function bodyMembers (document: Document, operation: Operation): { properties: R
 }
 
 const pascal = (name: string): string => name.charAt(0).toUpperCase() + name.slice(1)
+/** A member's type; for a nullable one (`["string", "null"]`, a merge patch's), the other type. */
+const typeOf = (schema: Schema): string | undefined =>
+  [schema.type].flat().find((type): type is string => type !== undefined && type !== 'null')
 /** A JSON value of another type than the member's, for the <Member>NotA<Type> variations. */
 const WRONG_TYPE: Record<string, unknown> = { string: 123, integer: '1', number: '1', boolean: 'true', array: {}, object: [] }
 /** The contract tests of every 400 variation: the Error body. */
@@ -54,7 +57,7 @@ function validValue (document: Document, schema: Schema, name: string, where: st
   const plain: Record<string, unknown[]> = {
     string: [`postman-${name}`, '1'], integer: [schema.minimum ?? 1], number: [schema.minimum ?? 1], boolean: [true], array: [[]], object: [{}]
   }
-  const candidates = [...examples, ...'example' in schema ? [schema.example] : [], ...plain[schema.type ?? ''] ?? []]
+  const candidates = [...examples, ...'example' in schema ? [schema.example] : [], ...plain[typeOf(schema) ?? ''] ?? []]
   const valid = new Ajv2020({ strict: false, validateFormats: false }).compile({ ...schema, components: document.components })
   const value = candidates.find(candidate => valid(candidate))
   if (value === undefined) throw new Error(`${where}: no example that its schema accepts; give it one (examples: [...])`)
@@ -78,9 +81,9 @@ function derivedConfig (document: Document): { overwrites: unknown[], variationT
     })
     const variations = [
       ...body.required.map(key => ({ name: `Missing${pascal(key)}`, overwrites: [{ overwriteRequestBody: [{ key, remove: true }] }] })),
-      ...members.filter(([, schema]) => schema.type !== undefined && WRONG_TYPE[schema.type] !== undefined).map(([key, schema]) => ({
-        name: `${pascal(key)}NotA${/^[aeiou]/.test(schema.type ?? '') ? 'n' : ''}${pascal(schema.type ?? '')}`,
-        overwrites: [{ overwriteRequestBody: [{ key, value: WRONG_TYPE[schema.type ?? ''], overwrite: true }] }]
+      ...members.filter(([, schema]) => WRONG_TYPE[typeOf(schema) ?? ''] !== undefined).map(([key, schema]) => ({
+        name: `${pascal(key)}NotA${/^[aeiou]/.test(typeOf(schema) ?? '') ? 'n' : ''}${pascal(typeOf(schema) ?? '')}`,
+        overwrites: [{ overwriteRequestBody: [{ key, value: WRONG_TYPE[typeOf(schema) ?? ''], overwrite: true }] }]
       }))
     ]
     variationTests.push({ openApiOperation: target, openApiResponse: '400', variations: variations.map(v => ({ ...v, tests: { contractTests: ERROR_400 } })) })

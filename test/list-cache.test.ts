@@ -323,6 +323,23 @@ t.test('the list cache on its own: own rows committed while a build reads the ta
     t.equal(await reads(registry, 'refresh'), refreshes, 'not rebuilt')
     t.equal(bodyText(await cache.read()), await expectedBody(), 'the list is the table\'s')
   })
+
+  await t.test('an own update answered after a newer change of its row was heard is not applied over it', async t => {
+    const [row] = await table.insertBatch([{ name: 'version 1' }])
+    const id = (row as Category).id
+    await until('the cache lists the row', async () => (await names()).includes('version 1'))
+    // This instance's UPDATE commits version 2, another's version 3; the answer to ours arrives after both are heard.
+    let answer = (_row: Category): void => {}
+    const ours = cache.updating(id, new Promise<Category>(resolve => { answer = resolve }), updated => updated)
+    await admin.query("UPDATE categories SET name = 'version 2' WHERE id = $1", [String(id)])
+    await admin.query("UPDATE categories SET name = 'version 3' WHERE id = $1", [String(id)])
+    await until('the cache lists version 3', async () => (await names()).includes('version 3'))
+    answer({ id, name: 'version 2' })
+    await ours
+    t.ok((await names()).includes('version 3'), 'version 3 stays')
+    t.notOk((await names()).includes('version 2'), 'the older answer was read again, not applied')
+    t.equal(bodyText(await cache.read()), await expectedBody(), 'the list is the table\'s')
+  })
 })
 
 t.test('a feed that cannot prove it hears never serves from the cache, warns once naming the setting to fix, and then tries less often', async t => {

@@ -64,6 +64,37 @@ t.test('a change to widgets drops only the widget list: the category list stays 
   t.equal(await metric(a, 'categories_list_reads_total', { source: 'cache' }), cacheHits + 1, 'served from the cache')
 })
 
+t.test('the recipe also gives widgets GET with ETag, PATCH, DELETE, If-Match and pages, followed by both instances',
+  async t => {
+    const { body: made } = await create(a, '/v1/widgets', 'spanner')
+    const got = await b.inject({ method: 'GET', url: `/v1/widgets/${made.id}`, headers: AUTH })
+    t.match(got.headers.etag, /^"[^"]+"$/)
+    const patched = await b.inject({
+      method: 'PATCH',
+      url: `/v1/widgets/${made.id}`,
+      headers: { ...AUTH, 'content-type': 'application/merge-patch+json', 'if-match': got.headers.etag as string },
+      payload: '{"name":"wrench"}'
+    })
+    t.same(patched.json(), { id: made.id, name: 'wrench' })
+    const stale = await a.inject({
+      method: 'DELETE', url: `/v1/widgets/${made.id}`, headers: { ...AUTH, 'if-match': got.headers.etag as string }
+    })
+    t.equal(stale.statusCode, 412, 'the tag before the update is stale')
+    t.equal(stale.json().message, `widget ${made.id} has changed since it was read: If-Match does not name its current ETag`)
+    await until('A lists the update', async () => (await names(a, '/v1/widgets')).includes('wrench'), 1000)
+    const nameless = await a.inject({ method: 'PATCH', url: `/v1/widgets/${made.id}`, ...json({ name: null }) })
+    t.equal(nameless.json().message, "'name' must be of type string", 'a required member cannot be removed')
+    const page = await a.inject({ method: 'GET', url: '/v1/widgets?limit=1', headers: AUTH })
+    t.same(page.json().map((w: { name: string }) => w.name), ['sprocket'])
+    t.match(page.headers.link, /^<\/v1\/widgets\?limit=1&after=\d+>; rel="next"$/)
+    t.equal((await a.inject({ method: 'DELETE', url: `/v1/widgets/${made.id}`, headers: AUTH })).statusCode, 204)
+    await until('B no longer lists it', async () => !(await names(b, '/v1/widgets')).includes('wrench'), 1000)
+    const document = (await a.inject({ method: 'GET', url: '/docs/openapi.json' })).json()
+    t.same(Object.keys(document.paths['/widgets/{id}']).sort(), ['delete', 'get', 'patch'])
+    t.equal(document.paths['/widgets/{id}'].patch.operationId, 'updateWidget')
+    t.equal(document.paths['/widgets/{id}'].delete['x-stability'], 'experimental')
+  })
+
 t.test('an Idempotency-Key belongs to its operation: another operation never replays its answer, it refuses the key', async t => {
   const key = { 'idempotency-key': 'shared-key-1' }
   const category = await create(a, '/v1/categories', 'same name', key)

@@ -65,6 +65,25 @@ t.test('Idempotency-Key and If-None-Match are usable', async t => {
   t.ok('notModified' in unchanged && unchanged.notModified)
 })
 
+t.test('update, delete and pages through the client: If-Match, a merge patch, the Link header', async t => {
+  const created = await petstore.createCategory({ name: 'Dgos', description: 'typo' })
+  if (created.error !== undefined) throw new Error(created.error.message)
+  const got = await petstore.getCategory(created.data.id)
+  const tag = got.response.headers.get('etag') ?? ''
+  const unchanged = await petstore.getCategory(created.data.id, { ifNoneMatch: tag })
+  t.ok('notModified' in unchanged && unchanged.notModified, 'a 304 for an unchanged category')
+  const fixed = await petstore.updateCategory(created.data.id, { name: 'Dogs', description: null }, { ifMatch: tag })
+  t.same(fixed.data, { id: created.data.id, name: 'Dogs' })
+  const stale = await petstore.updateCategory(created.data.id, { name: 'Cats' }, { ifMatch: tag })
+  t.equal(stale.error?.code, 'PRECONDITION_FAILED')
+  const page = await petstore.listCategories({ limit: 1, after: created.data.id - 1n })
+  t.same(page.data, [{ id: created.data.id, name: 'Dogs' }])
+  const deleted = await petstore.deleteCategory(created.data.id)
+  t.equal(deleted.response.status, 204)
+  t.equal(deleted.data, null)
+  t.equal((await petstore.getCategory(created.data.id)).error?.status, 404)
+})
+
 t.test('errors are the typed Error body: 401, 400, the deprecated 501', async t => {
   const stranger = createPetstoreClient({ baseUrl, apiKey: 'not-a-key' })
   const unauthorized = await stranger.listCategories()

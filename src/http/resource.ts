@@ -173,20 +173,33 @@ export function resource<P extends TProperties> (declared: Resource<P>) {
       }, updateHandler(collection, singular))
     })
 
-    app.delete(`${path}/:id`, {
-      schema: {
-        ...schema('delete', `delete${itemName}`, `Delete a ${singular}`,
-          `Deletes the ${singular}; its id is never used again. With If-Match, only if the row is still that version.`),
-        params: Int64IdParams,
-        headers: IfMatchHeaders,
-        response: {
-          204: { type: 'null', description: 'Deleted and committed; no body' },
-          ...errorResponses([400, 401, 403, 404, 412, 429, 500, 503], {
-            400: invalidId, 404: notFoundExample, 412: preconditionMessage(singular, 42n)
-          })
-        }
-      },
-      validatorCompiler
-    }, deleteHandler(collection, singular))
+    // Its own scope: a DELETE takes no body, and an empty one is none whatever its Content-Type (clients that send
+    // a JSON Content-Type with every request send one with a DELETE too).
+    await app.register(async function deleteScope (scope) {
+      scope.removeAllContentTypeParsers()
+      scope.addContentTypeParser('*', { parseAs: 'buffer' }, async (_request: unknown, body: Buffer) => {
+        if (body.length > 0) throw errorForStatus(415, 'a DELETE takes no body')
+        return undefined
+      })
+      scope.delete(`${path}/:id`, {
+        schema: {
+          ...schema('delete', `delete${itemName}`, `Delete a ${singular}`,
+            `Deletes the ${singular}; its id is never used again. With If-Match, only if the row is still that ` +
+            'version. No body.'),
+          params: Int64IdParams,
+          headers: IfMatchHeaders,
+          response: {
+            204: { type: 'null', description: 'Deleted and committed; no body' },
+            ...errorResponses([400, 401, 403, 404, 412, 415, 429, 500, 503], {
+              400: invalidId,
+              404: notFoundExample,
+              412: preconditionMessage(singular, 42n),
+              415: 'a DELETE takes no body'
+            })
+          }
+        },
+        validatorCompiler
+      }, deleteHandler(collection, singular))
+    })
   }, { name, dependencies: ['data', 'openapi'] })
 }

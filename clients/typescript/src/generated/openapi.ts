@@ -48,7 +48,7 @@ export interface paths {
          * Delete a category (experimental)
          * @description Experimental: may change incompatibly or disappear in any release, without a deprecation period.
          *
-         *     Deletes the category; its id is never used again. With If-Match, only if the row is still that version.
+         *     Deletes the category; its id is never used again. With If-Match, only if the row is still that version. No body.
          */
         delete: operations["deleteCategory"];
         options?: never;
@@ -712,6 +712,22 @@ export interface operations {
                      *       "code": "PRECONDITION_FAILED",
                      *       "message": "category 42 has changed since it was read: If-Match does not name its current ETag",
                      *       "status": 412
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body is not application/json, or has a Content-Encoding other than identity */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNSUPPORTED_MEDIA_TYPE",
+                     *       "message": "a DELETE takes no body",
+                     *       "status": 415
                      *     }
                      */
                     "application/json": components["schemas"]["Error"];

@@ -59,7 +59,7 @@ export function operationMethods (client: Client<paths>) {
      *
      * Experimental: may change incompatibly or disappear in any release, without a deprecation period.
      *
-     * Deletes the category; its id is never used again. With If-Match, only if the row is still that version.
+     * Deletes the category; its id is never used again. With If-Match, only if the row is still that version. No body.
      */
     async deleteCategory (id: bigint, request: { ifMatch?: string } = {}): Promise<Result<null>> {
       return answer<null>(await client.DELETE('/categories/{id}', { params: { path: { id }, header: { 'if-match': request.ifMatch } }, parseAs: 'text' }))
