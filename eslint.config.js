@@ -32,7 +32,7 @@ export default [
     rules: { 'no-restricted-imports': ['error', { patterns: [{ group: ['**/packages/**'], message: 'Import @petstore/embedded-postgres, its one entry point.' }] }] }
   },
   {
-    files: ['src/**/*.ts', 'packages/embedded-postgres/src/*.ts'],
+    files: ['src/**/*.ts', 'packages/embedded-postgres/src/*.ts', 'bench/**/*.ts', 'bench/**/*.js'],
     rules: { '@stylistic/max-len': ['error', { code: 120, ignoreUrls: true }] }
   }
 ]

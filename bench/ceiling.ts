@@ -23,7 +23,8 @@ import { ref } from '../src/http/schemas.js'
 const CategoryListSchema = Type.Array(ref(CategorySchema))
 
 const env = process.env
-const rows = JSON.parse(readFileSync(env.CEILING_DATA ?? '', 'utf8')) as Array<{ id: number, name: string, description?: string }>
+type Row = { id: number, name: string, description?: string }
+const rows = JSON.parse(readFileSync(env.CEILING_DATA ?? '', 'utf8')) as Row[]
 const list: Category[] = rows.map(row => ({ ...row, id: BigInt(row.id) }))
 let nextId = BigInt(list.length + 1)
 
@@ -50,7 +51,8 @@ if (env.CEILING_BODY === 'buffer') {
   })
 }
 
-app.post('/v1/categories', { schema: { body: ref(NewCategorySchema), response: { 201: ref(CategorySchema) } } }, async (request, reply) => {
+const createSchema = { body: ref(NewCategorySchema), response: { 201: ref(CategorySchema) } }
+app.post('/v1/categories', { schema: createSchema }, async (request, reply) => {
   const body = request.body as NewCategory
   const category: Category = { id: nextId++, ...body }
   return await reply.code(201).header('location', `/v1/categories/${category.id}`).send(category)

@@ -32,14 +32,14 @@ app.addSchema(CategorySchema)
 
 app.addHook('onRequest', async (request, reply) => {
   if (!keys.has(request.headers.authorization ?? '')) {
-    return await reply.code(401).header('www-authenticate', 'Bearer realm="petstore"')
-      .send({ code: 'UNAUTHORIZED', message: 'missing or invalid API key', status: 401 })
+    const body = { code: 'UNAUTHORIZED', message: 'missing or invalid API key', status: 401 }
+    return await reply.code(401).header('www-authenticate', 'Bearer realm="petstore"').send(body)
   }
 })
 
 interface Row { id: bigint, name: string, description: string | null }
-const toCategory = (row: Row): Record<string, unknown> =>
-  row.description === null ? { id: row.id, name: row.name } : { id: row.id, name: row.name, description: row.description }
+const toCategory = ({ id, name, description }: Row): Record<string, unknown> =>
+  description === null ? { id, name } : { id, name, description }
 
 app.get('/v1/categories', { schema: { response: { 200: CategoryListSchema } } }, async (_request, reply) => {
   const { rows } = await pool.query<Row>('SELECT id, name, description FROM categories ORDER BY id')
@@ -47,10 +47,11 @@ app.get('/v1/categories', { schema: { response: { 200: CategoryListSchema } } },
   return rows.map(toCategory)
 })
 
-app.post('/v1/categories', { schema: { body: ref(NewCategorySchema), response: { 201: ref(CategorySchema) } } }, async (request, reply) => {
+const INSERT = 'INSERT INTO categories (name, description) VALUES ($1, $2) RETURNING id, name, description'
+const createSchema = { body: ref(NewCategorySchema), response: { 201: ref(CategorySchema) } }
+app.post('/v1/categories', { schema: createSchema }, async (request, reply) => {
   const body = request.body as NewCategory
-  const { rows } = await pool.query<Row>('INSERT INTO categories (name, description) VALUES ($1, $2) RETURNING id, name, description',
-    [body.name, body.description ?? null])
+  const { rows } = await pool.query<Row>(INSERT, [body.name, body.description ?? null])
   const category = toCategory(rows[0] as Row)
   return await reply.code(201).header('location', `/v1/categories/${String(category.id)}`).send(category)
 })

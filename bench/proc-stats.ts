@@ -1,11 +1,18 @@
 /*
- * Memory and CPU of processes, read from /proc (Linux). Peak RSS is the larger
- * of VmHWM (reset through clear_refs when the kernel allows it) and the highest
- * VmRSS seen by polling, so a short spike between polls is not missed.
+ * Memory and CPU of processes, read from /proc (Linux). Peak RSS is the larger of VmHWM (reset through clear_refs
+ * when the kernel allows it) and the highest VmRSS seen by polling, so a short spike between polls is not missed.
  */
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs'
 
 const CLOCK_TICKS_PER_SECOND = 100
+const RSS_POLL_MS = 50
+/** /proc/<pid>/stat after the command's closing parenthesis: utime, stime, then cutime and cstime (reaped children). */
+const UTIME_FIELD = 11
+const STIME_FIELD = 12
+const CUTIME_FIELD = 13
+const CSTIME_FIELD = 14
+/** clear_refs: 5 resets the peak RSS (VmHWM). */
+const RESET_PEAK_RSS = '5'
 
 function statusField (pid: number, field: 'VmRSS' | 'VmHWM'): number {
   const match = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
@@ -13,18 +20,29 @@ function statusField (pid: number, field: 'VmRSS' | 'VmHWM'): number {
 }
 
 export function rssBytes (pid: number): number {
-  try { return statusField(pid, 'VmRSS') } catch { return 0 }
-}
-
-/** CPU seconds (user + system) the process has used so far. */
-export function cpuSeconds (pid: number): number {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND
+    return statusField(pid, 'VmRSS')
   } catch {
     return 0
   }
+}
+
+/** CPU seconds a process has used so far, in user space and in the kernel, and its reaped children in all. */
+export function cpuSplit (pid: number): { user: number, system: number, children: number } {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    const seconds = (field: number): number => Number(fields[field]) / CLOCK_TICKS_PER_SECOND
+    const children = seconds(CUTIME_FIELD) + seconds(CSTIME_FIELD)
+    return { user: seconds(UTIME_FIELD), system: seconds(STIME_FIELD), children }
+  } catch {
+    return { user: 0, system: 0, children: 0 }
+  }
+}
+
+export function cpuSeconds (pid: number): number {
+  const { user, system } = cpuSplit(pid)
+  return user + system
 }
 
 function parentPid (pid: string): number {
@@ -33,20 +51,20 @@ function parentPid (pid: string): number {
 }
 
 /**
- * CPU seconds used so far by a PostgreSQL server: its postmaster and the
- * processes it forked. Without a postmaster pid (a DATABASE_URL server), every
- * process named `postgres` on the machine.
+ * CPU seconds used so far by a PostgreSQL server: its postmaster, the backends it runs and those it reaped (a pool
+ * that reconnects takes no CPU with it); without a postmaster pid (DATABASE_URL), every `postgres` process running.
  */
-export function postgresCpuSeconds (postmasterPid?: number): number {
-  let total = 0
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
+export function postgresCpuSeconds (postmasterPid: number | undefined): number {
+  let total = postmasterPid === undefined ? 0 : cpuSplit(postmasterPid).children
+  for (const entry of readdirSync('/proc').filter(name => /^\d+$/.test(name))) {
     try {
       const ours = postmasterPid === undefined
         ? readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres'
         : Number(entry) === postmasterPid || parentPid(entry) === postmasterPid
       if (ours) total += cpuSeconds(Number(entry))
-    } catch { /* the process ended while we looked */ }
+    } catch {
+      // the process ended while we looked
+    }
   }
   return total
 }
@@ -58,22 +76,26 @@ export function machineBusyCpuSeconds (): number {
   return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS_PER_SECOND
 }
 
-export interface PeakRss { stop: () => number }
-
 /** Starts watching the peak RSS of `pid`; stop() returns it in bytes. */
-export function watchPeakRss (pid: number, intervalMs = 50): PeakRss {
+export function watchPeakRss (pid: number): { stop: () => number } {
   let canReset = true
-  try { writeFileSync(`/proc/${pid}/clear_refs`, '5') } catch { canReset = false }
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, RESET_PEAK_RSS)
+  } catch {
+    canReset = false
+  }
   let peak = rssBytes(pid)
-  const timer = setInterval(() => { peak = Math.max(peak, rssBytes(pid)) }, intervalMs)
+  const timer = setInterval(() => { peak = Math.max(peak, rssBytes(pid)) }, RSS_POLL_MS)
   return {
     stop: () => {
       clearInterval(timer)
       peak = Math.max(peak, rssBytes(pid))
-      if (canReset) {
-        try { peak = Math.max(peak, statusField(pid, 'VmHWM')) } catch { /* the process is gone */ }
+      if (!canReset) return peak
+      try {
+        return Math.max(peak, statusField(pid, 'VmHWM'))
+      } catch {
+        return peak
       }
-      return peak
     }
   }
 }

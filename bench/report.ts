@@ -1,200 +1,127 @@
-/* bench/results.md, bench/ratios.svg and the summary printed at the end of a run. */
+/* What every scenario shares: its settings, its section of results.md, and the verdicts on its targets. */
 import { execFileSync } from 'node:child_process'
 import os from 'node:os'
-import { ROOT } from './servers.js'
+import { type Postgres, ROOT, numberFromEnv } from './servers.js'
 import { benchServiceNodeArgs } from './start-command.js'
-import { baseline, judge, MEMORY_LIMIT_BYTES, ratio, SCENARIOS, TARGETS, type Baseline, type Measurement, type ScenarioId, type Verdict } from './scenarios.js'
 
-export interface RunInfo {
-  began: Date
-  finished: Date
-  /** 1, 5 and 15 minute load averages before and after the run. */
-  loadBefore: number[]
-  loadAfter: number[]
-  postgresVersion: string
-  postgresSource: string
-  /** wrk or autocannon */
-  loadGenerator: string
-  /** Bun's version when the Bun peer ran. */
-  bunVersion: string | undefined
-  /** The commit (and uncommitted files under src/ and migrations/) the service was built from, read when the run began. */
-  builtFrom: string
-  settings: { durationS: number, warmupS: number, rounds: number, connections: number, logLevel: string }
+export interface Settings {
+  durationS: number
+  warmupS: number
+  rounds: number
+  connections: number
 }
 
-const title = (id: ScenarioId): string => SCENARIOS.find(s => s.id === id)?.title ?? id
-/** The columns of the ratio tables: service/x for every other server, and the fastest database-backed peer. */
-const BASELINES: Baseline[] = ['raw', 'floor', 'ceiling', 'naive', 'express', 'hono', 'bun', 'best peer', 'baseline']
-const mb = (bytes: number): string => (bytes / 2 ** 20).toFixed(0)
-const fmtRatio = (value: number | undefined): string => value === undefined ? 'n/a' : value.toFixed(2)
+const DEFAULTS: Settings = { durationS: 10, warmupS: 3, rounds: 1, connections: 50 }
+
+/** BENCH_DURATION, BENCH_WARMUP, BENCH_ROUNDS and BENCH_CONNECTIONS, else the scenario's own defaults, else ours. */
+export function settings (own: Partial<Settings> = {}): Settings {
+  const base = { ...DEFAULTS, ...own }
+  return {
+    durationS: numberFromEnv('BENCH_DURATION', base.durationS),
+    warmupS: numberFromEnv('BENCH_WARMUP', base.warmupS),
+    rounds: Math.max(1, Math.round(numberFromEnv('BENCH_ROUNDS', base.rounds))),
+    connections: numberFromEnv('BENCH_CONNECTIONS', base.connections)
+  }
+}
+
+export interface Verdict {
+  scenario: string
+  target: string
+  measured: string
+  /** undefined: not measured in this run. */
+  met: boolean | undefined
+}
+
+export interface Section {
+  title: string
+  lines: string[]
+  verdicts: Verdict[]
+}
+
+export interface Context {
+  postgres: Postgres
+  /** Names databases and created rows apart from other runs. */
+  runId: string
+}
+
+/** A group of scenarios that share their servers: run with the ids of it that were asked for. */
+export interface ScenarioGroup {
+  ids: string[]
+  /** Run when BENCH_SCENARIOS is unset. */
+  byDefault: boolean
+  run: (context: Context, ids: string[]) => Promise<Section[]>
+}
+
+export const ratioText = (value: number | undefined): string => value === undefined ? 'n/a' : value.toFixed(2)
+export const mb = (bytes: number): string => (bytes / 2 ** 20).toFixed(0)
+export const sum = (values: number[]): number => values.reduce((total, value) => total + value, 0)
+
+/** The list in the order of a round: each round starts one later, so that drifting load hits every entry alike. */
+export const rotate = <T>(list: T[], round: number): T[] =>
+  [...list.slice(round % list.length), ...list.slice(0, round % list.length)]
+
+function verdictText (met: boolean | undefined): string {
+  if (met === undefined) return 'not measured'
+  return met ? '**met**' : '**not met**'
+}
+
+/** `git status --porcelain`: two status letters and a space before each path. */
+const PORCELAIN_PATH_AT = 3
 
 function git (...args: string[]): string {
-  try { return execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trimEnd() } catch { return 'unknown' }
+  try {
+    return execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trimEnd()
+  } catch {
+    return 'unknown'
+  }
 }
 
-function command (info: RunInfo): string {
-  const vars = ['BENCH_DURATION', 'BENCH_WARMUP', 'BENCH_ROUNDS', 'BENCH_CONNECTIONS', 'BENCH_LOG_LEVEL', 'BENCH_LOAD', 'BENCH_WRK_THREADS', 'BENCH_SCENARIOS', 'BENCH_SERVERS', 'BENCH_SERVICE_NODE_ARGS', 'DB_POOL_MAX']
-    .filter(name => process.env[name] !== undefined && process.env[name] !== '')
-    .map(name => `${name}=${process.env[name] ?? ''}`)
-  if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') vars.push('DATABASE_URL=…')
-  return [...vars, 'npm run bench'].join(' ') + `  (${info.settings.durationS} s measured after ${info.settings.warmupS} s of warm-up, ${info.settings.rounds} round${info.settings.rounds === 1 ? '' : 's'} per scenario and server, ${info.settings.connections} connections)`
-}
-
-const verdictText = (v: Verdict): string => !v.measured ? 'not measured' : v.met ? '**met**' : '**not met**'
-
-function targetRows (results: Measurement[]): string[] {
-  const { verdicts, memory } = judge(results)
-  const rows = verdicts.map(v => `| ${title(v.target.scenario)} | ${v.target.text} | ${v.details.join(', ')} | ${verdictText(v)} |`)
-  rows.push(`| memory | service peak RSS ≤ ${mb(MEMORY_LIMIT_BYTES)} MB in every scenario | worst ${mb(memory.worst)} MB | ${memory.met ? '**met**' : '**not met**'} |`)
-  return rows
-}
-
-function ratioRows (results: Measurement[]): string[] {
-  return SCENARIOS.map(s => {
-    const best = baseline(results, s.id, 'best peer')?.server
-    return `| ${s.title} | ${BASELINES.map(b => fmtRatio(ratio(results, s.id, b)) + (b === 'best peer' && best !== undefined ? ` (${best})` : '')).join(' | ')} |`
-  })
-}
-
-/** Servers whose CPU is all in their own process: the per-CPU-second ratios mean something only between them. */
-const CPU_BASELINES: Baseline[] = ['raw', 'floor', 'ceiling', 'baseline']
-
-/** Only reads: there the service answers from its cache and uses no database either (creates do). */
-const perCoreScenarios = (results: Measurement[]): typeof SCENARIOS =>
-  SCENARIOS.filter(s => s.kind === 'get' && CPU_BASELINES.some(b => ratio(results, s.id, b, 'rpsPerCore') !== undefined))
-
-function perCoreRows (results: Measurement[]): string[] {
-  return perCoreScenarios(results)
-    .map(s => `| ${s.title} | ${CPU_BASELINES.map(b => fmtRatio(ratio(results, s.id, b, 'rpsPerCore'))).join(' | ')} |`)
-}
-
-/** Which code `npm run build` (prebench) just compiled: read at the start, since others may commit while the run goes on. */
+/** The commit the service was built from (and uncommitted files under src/ and migrations/), read as the run began. */
 export function buildSource (): string {
   const dirty = git('status', '--porcelain', '--', 'src', 'migrations')
-  return `commit \`${git('log', '-1', '--format=%h %s')}\`${dirty === '' ? '' : ` plus uncommitted changes in: ${dirty.split('\n').map(line => line.slice(3)).join(', ')}`}`
+  const files = dirty.split('\n').map(line => line.slice(PORCELAIN_PATH_AT)).join(', ')
+  return `\`${git('log', '-1', '--format=%h %s')}\`${dirty === '' ? '' : `, plus uncommitted changes in ${files}`}`
 }
 
-export function markdownReport (results: Measurement[], notes: string[], info: RunInfo): string {
-  const cpu = os.cpus()[0]?.model ?? 'unknown'
-  const lines = [
+/** The settings a run was made with, as they go before `npm run bench`. */
+const SETTING = /^(BENCH|BIG|PAGE|FLEET|COMPRESSION|SOAK|PROFILE|WRITES)_|^DB_POOL_MAX$/
+
+interface RunInfo {
+  began: Date
+  builtFrom: string
+  loadBefore: number[]
+  postgres: Postgres
+  wrkVersion: string
+}
+
+/** results.md: how the run was made, every verdict in one table, then each scenario's section. */
+export function markdown (info: RunInfo, sections: Section[]): string {
+  const variables = Object.entries(process.env).filter(([name, value]) => SETTING.test(name) && value !== '')
+  const command = [...variables.map(([name, value]) => `${name}=${value ?? ''}`), 'npm run bench'].join(' ')
+  const loads = (values: number[]): string => values.map(value => value.toFixed(2)).join(' ')
+  const service = ['node', ...benchServiceNodeArgs(), 'dist/server.js'].join(' ')
+  const verdicts = sections.flatMap(section => section.verdicts)
+  return [
     '# Benchmark results',
     '',
-    'Generated by `npm run bench` (bench/run.ts); do not edit by hand. How to read it: bench/README.md.',
+    'Written by `npm run bench` (bench/run.ts); how to read it: bench/README.md.',
     '',
-    `- command: \`${command(info)}\``,
-    `- date: ${info.began.toISOString()} to ${info.finished.toISOString()}`,
-    `- machine: ${os.availableParallelism()} CPUs (\`nproc\`), ${cpu}, ${mb(os.totalmem())} MB RAM, Linux ${os.release()}`,
-    `- load average (1, 5, 15 min) before the run ${info.loadBefore.map(l => l.toFixed(2)).join(' ')}, after ${info.loadAfter.map(l => l.toFixed(2)).join(' ')} (other work on the machine makes every number noisier)`,
-    `- node ${process.version}; Bun ${info.bunVersion ?? 'not run'}; PostgreSQL ${info.postgresVersion} (${info.postgresSource}); everything on 127.0.0.1`,
-    `- load generator: ${info.loadGenerator}${info.loadGenerator === 'wrk' ? ` with ${process.env.BENCH_WRK_THREADS ?? 1} thread(s)` : ''}, ${info.settings.connections} connections`,
+    `- command: \`${command}\``,
+    `- date: ${info.began.toISOString()} to ${new Date().toISOString()}`,
+    `- machine: ${os.availableParallelism()} CPUs, ${os.cpus()[0]?.model ?? 'unknown'}, ${mb(os.totalmem())} MB RAM`,
+    `- load average (1, 5, 15 min) before ${loads(info.loadBefore)}, after ${loads(os.loadavg())}`,
+    `- node ${process.version}; PostgreSQL ${info.postgres.version} (${info.postgres.source})`,
+    `- load generator: ${info.wrkVersion}; everything on 127.0.0.1`,
     `- service built from ${info.builtFrom}`,
-    `- service: \`${['node', ...benchServiceNodeArgs(), 'dist/server.js'].join(' ')}\`, NODE_ENV=production, LOG_LEVEL=${info.settings.logLevel}, metrics on (METRICS_PORT on a free port), SHUTDOWN_DRAIN_MS=0; naive, express, hono, bun: no request logging; raw, ceiling: no logging, no database`,
+    `- service: \`${service}\`, NODE_ENV=production, LOG_LEVEL=info, metrics on, SHUTDOWN_DRAIN_MS=0`,
     '',
-    '## Targets (bench/scenarios.ts)',
+    '## Targets',
     '',
     '| scenario | target | measured | verdict |',
     '|---|---|---|---|',
-    ...targetRows(results),
+    ...verdicts.map(v => `| ${v.scenario} | ${v.target} | ${v.measured} | ${verdictText(v.met)} |`),
     '',
-    '![ratios](ratios.svg)',
-    '',
-    '## Ratios: the service\'s requests per second over each server\'s',
-    '',
-    `| scenario | ${BASELINES.map(b => `service/${b}`).join(' | ')} |`,
-    `|---|${BASELINES.map(() => '---:').join('|')}|`,
-    ...ratioRows(results),
-    '',
-    'The same, per CPU second of the server process (requests over the CPU it used: less sensitive to other work on the machine; the database\'s CPU is not counted, so only servers without one are compared, on the reads, which the service answers from its cache):',
-    '',
-    `| scenario | ${CPU_BASELINES.map(b => `service/${b}`).join(' | ')} |`,
-    `|---|${CPU_BASELINES.map(() => '---:').join('|')}|`,
-    ...perCoreRows(results),
-    '',
-    '## Every measurement',
-    '',
-    'req/s is responses over the measured window (with several interleaved rounds, the median round, whose latencies and CPU are shown; req per CPU s is req/s over the server\'s CPU share, the median over the rounds; every round\'s req/s in the last column; RSS is the peak and failures the sum over all rounds); latencies in ms; failures are socket errors, timeouts and responses with a status the scenario does not accept (wrk tells only 1xx-3xx from 4xx-5xx; bytes/resp, the mean response size with headers, tells a 304 from a 200). CPU is % of one core over the measured window: the server process, the processes of the PostgreSQL server (every process named postgres when DATABASE_URL is used), and the load generator; other CPU is what the rest of the machine used meanwhile (the window had nproc × 100% to share).',
-    '',
-    '| scenario | server | req/s | req per CPU s | p50 | p99 | failures | statuses | bytes/resp | peak RSS MB | server CPU | db CPU | load CPU | other CPU | rounds req/s |',
-    '|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|',
-    ...SCENARIOS.flatMap(s => results.filter(r => r.scenario === s.id).map(r =>
-      `| ${s.title} | ${r.server} | ${Math.round(r.rps)} | ${Math.round(r.rpsPerCore)} | ${r.p50} | ${r.p99} | ${r.socketErrors + r.badResponses} | ${Object.entries(r.statusCounts).map(([c, n]) => `${c}×${n}`).join(' ')} | ${r.bytesPerResponse} | ${mb(r.peakRssBytes)} | ${r.serverCpu}% | ${r.dbCpu}% | ${r.loadCpu}% | ${r.otherCpu}% | ${(r.rounds ?? [Math.round(r.rps)]).join(' ')} |`)),
-    '',
-    '## Notes from this run',
-    '',
-    ...(notes.length === 0 ? ['- none'] : notes.map(n => `- ${n}`)),
+    ...sections.flatMap(section => [`## ${section.title}`, '', ...section.lines, '']),
     ''
-  ]
-  return lines.join('\n')
-}
-
-function escapeXml (text: string): string {
-  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
-}
-
-/** A horizontal bar per ratio, with the issue's target as a vertical tick; green when met. */
-export function ratiosSvg (results: Measurement[]): string {
-  const bars: Array<{ label: string, value: number | undefined, target: number | undefined }> = []
-  for (const s of SCENARIOS) {
-    const checks = TARGETS.find(t => t.scenario === s.id)?.checks ?? []
-    // Every target, and the raw limit in every scenario.
-    for (const b of new Set<Baseline>(['raw', ...checks.map(c => c.against)])) {
-      const value = ratio(results, s.id, b)
-      const target = checks.find(c => c.against === b)?.min
-      if (value === undefined && target === undefined) continue
-      bars.push({ label: `${s.title} · service/${b}`, value, target })
-    }
-  }
-  const labelWidth = 330
-  const plotWidth = 420
-  const rowHeight = 28
-  const top = 40
-  const height = top + bars.length * rowHeight + 40
-  const width = labelWidth + plotWidth + 70
-  // The axis ends a little past the largest target, so the targets stay readable; larger ratios run off the edge, labelled.
-  const max = Math.max(4, Math.ceil(Math.max(...bars.map(b => b.target ?? 0)) * 1.6))
-  const x = (v: number): number => Math.round((labelWidth + (Math.min(v, max) / max) * plotWidth) * 10) / 10
-  const parts: string[] = [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
-    `<rect width="${width}" height="${height}" fill="#ffffff"/>`,
-    '<text x="10" y="22" font-size="15" font-weight="bold">Service throughput ratios (bars) and their targets (black ticks)</text>'
-  ]
-  for (let v = 0; v <= max; v += 0.5) {
-    parts.push(`<line x1="${x(v)}" y1="${top - 4}" x2="${x(v)}" y2="${top + bars.length * rowHeight}" stroke="${v === 1 ? '#888888' : '#e4e4e4'}"/>`)
-    if (Number.isInteger(v)) parts.push(`<text x="${x(v)}" y="${top + bars.length * rowHeight + 16}" text-anchor="middle" fill="#555555">${v}×</text>`)
-  }
-  bars.forEach((bar, i) => {
-    const y = top + i * rowHeight
-    const met = bar.target === undefined || (bar.value !== undefined && bar.value >= bar.target)
-    parts.push(`<text x="${labelWidth - 8}" y="${y + 18}" text-anchor="end">${escapeXml(bar.label)}</text>`)
-    if (bar.value !== undefined) {
-      const colour = bar.target === undefined ? '#7f9fbf' : met ? '#3c9a5f' : '#c8553d'
-      parts.push(`<rect x="${labelWidth}" y="${y + 6}" width="${Math.max(1, x(bar.value) - labelWidth)}" height="${rowHeight - 10}" fill="${colour}"/>`,
-        `<text x="${x(bar.value) + 4}" y="${y + 18}">${bar.value.toFixed(2)}${bar.value > max ? ' →' : ''}</text>`)
-    }
-    if (bar.target !== undefined) {
-      parts.push(`<line x1="${x(bar.target)}" y1="${y + 2}" x2="${x(bar.target)}" y2="${y + rowHeight - 2}" stroke="#000000" stroke-width="3"/>`)
-    }
-  })
-  parts.push(`<text x="10" y="${height - 6}" fill="#555555">green: target met · red: not met · blue: no target · grey line: 1× · → beyond the axis</text>`, '</svg>', '')
-  return parts.join('\n')
-}
-
-export function consoleSummary (results: Measurement[], notes: string[]): string {
-  const pad = (text: string, n: number): string => text.padEnd(n)
-  const lines = ['', pad('scenario', 32) + pad('server', 9) + pad('req/s', 9) + pad('p50', 7) + pad('p99', 7) + pad('fail', 7) + pad('RSS MB', 8) + 'other CPU']
-  for (const s of SCENARIOS) {
-    for (const r of results.filter(m => m.scenario === s.id)) {
-      lines.push(pad(s.title, 32) + pad(r.server, 9) + pad(String(Math.round(r.rps)), 9) + pad(String(r.p50), 7) + pad(String(r.p99), 7) + pad(String(r.socketErrors + r.badResponses), 7) + pad(mb(r.peakRssBytes), 8) + `${r.otherCpu}%`)
-    }
-  }
-  lines.push('', pad('service over', 32) + BASELINES.map(b => pad(b, 11)).join(''))
-  for (const s of SCENARIOS) lines.push(pad(s.title, 32) + BASELINES.map(b => pad(fmtRatio(ratio(results, s.id, b)), 11)).join(''))
-  lines.push('', pad('per CPU second, service over', 32) + CPU_BASELINES.map(b => pad(b, 11)).join(''))
-  for (const s of perCoreScenarios(results)) lines.push(pad(s.title, 32) + CPU_BASELINES.map(b => pad(fmtRatio(ratio(results, s.id, b, 'rpsPerCore')), 11)).join(''))
-  const { verdicts, memory } = judge(results)
-  lines.push('')
-  for (const v of verdicts) lines.push(`${verdictText(v).replace(/\*/g, '').toUpperCase()}: ${title(v.target.scenario)}: ${v.target.text}: ${v.details.join(', ')}`)
-  lines.push(`memory: worst service peak RSS ${mb(memory.worst)} MB: ${memory.met ? 'MET' : 'NOT MET'} (≤ ${mb(MEMORY_LIMIT_BYTES)} MB)`)
-  for (const note of notes) lines.push(`note: ${note}`)
-  return lines.join('\n') + '\n'
+  ].join('\n')
 }

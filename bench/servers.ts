@@ -1,9 +1,8 @@
 /*
- * What the benchmark and the soak start: one PostgreSQL (DATABASE_URL, or the
- * embedded one in a temporary directory), a fresh database per server, each
- * server in its own child process, and the load generator in another.
+ * The one place that starts what the scenarios measure: one PostgreSQL (DATABASE_URL, or the embedded one in a
+ * temporary directory), a fresh database per server, each server in its own process with its log in a file.
  */
-import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process'
+import { execFile, execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, statSync } from 'node:fs'
 import { chmod, mkdtemp, open, rm, writeFile } from 'node:fs/promises'
@@ -11,18 +10,21 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { finished } from 'node:stream/promises'
 import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import pg from 'pg'
 import { to as copyTo } from 'pg-copy-streams'
 import { freePort, startEmbeddedPostgres } from '@petstore/embedded-postgres'
-import type { LoadMessage, LoadResult, LoadSpec } from './load.js'
 import { benchServiceNodeArgs } from './start-command.js'
-import { ensureWrk, wrkLoadGenerator } from './wrk.js'
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url))
-export const API_KEY = 'bench-key-0123456789abcdef'
+const API_KEY = 'bench-key-0123456789abcdef'
 export const AUTH = { authorization: `Bearer ${API_KEY}` }
+export const LIST_PATH = '/v1/categories'
+const START_TIMEOUT_MS = 60_000
+const STOP_TIMEOUT_MS = 20_000
+const POLL_MS = 100
 
-/** A non-negative number from the environment (benchmark settings), or the fallback when unset. */
+/** A non-negative number from the environment, or the fallback when unset. */
 export function numberFromEnv (name: string, fallback: number): number {
   const raw = process.env[name]
   if (raw === undefined || raw === '') return fallback
@@ -31,82 +33,80 @@ export function numberFromEnv (name: string, fallback: number): number {
   return value
 }
 
-/**
- * raw: node:http alone (the limit); floor: Fastify sending a cached Buffer, no hooks; ceiling: Fastify
- * serializing an in-memory list; naive: Fastify + pg; express: Express + pg; hono: Hono + postgres.js
- * on Node; bun: Elysia + Bun.SQL on Bun; service: npm start; baseline: the service built in
- * BENCH_BASELINE_DIR (another checkout), for before/after ratios in one run.
- */
-export type ServerKind = 'raw' | 'floor' | 'ceiling' | 'naive' | 'express' | 'hono' | 'bun' | 'baseline' | 'service'
+/** The middle value (the upper of the two middle ones); NaN for none. */
+export function median (values: number[]): number {
+  return [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN
+}
 
-/** Servers that read and write PostgreSQL (the service's peers). */
+export function log (message: string): void {
+  process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`)
+}
+
+/**
+ * floor: Fastify sending a fixed Buffer behind @fastify/bearer-auth; ceiling: Fastify serializing an in-memory
+ * list; naive: Fastify + pg; express, hono, bun: bench/peers; service: npm start; baseline: the service built in
+ * BENCH_BASELINE_DIR, for a before and after in one run.
+ */
+export type ServerKind = 'floor' | 'ceiling' | 'naive' | 'express' | 'hono' | 'bun' | 'baseline' | 'service'
 export const DATABASE_PEERS: ServerKind[] = ['naive', 'express', 'hono', 'bun']
-/** Servers that serve the rows from memory (CEILING_DATA) instead of a database. */
-export const IN_MEMORY: ServerKind[] = ['raw', 'floor', 'ceiling']
+export const IN_MEMORY: ServerKind[] = ['floor', 'ceiling']
 
 export interface Postgres {
-  /** Where the temporary files (logs, ceiling data, embedded data) live. */
   workDir: string
   version: string
   source: string
-  /** The postmaster's pid when we started the server (for its CPU time). */
+  /** The postmaster's pid when the bench started it (its CPU is counted), else undefined. */
   postmasterPid: number | undefined
-  /** Creates an empty database (each server makes its own table); returns its URL. */
-  createDatabase: (name: string) => Promise<string>
+  /** An empty database; with cheapCommits, `synchronous_commit = off` for every session in it. */
+  createDatabase: (name: string, options?: { cheapCommits?: boolean }) => Promise<string>
   stop: () => Promise<void>
 }
 
-async function adminQuery (url: string, sql: string): Promise<pg.QueryResult> {
+/** One statement on its own connection, without the statement timeout the service sets on its role. */
+export async function sql (url: string, text: string, values: unknown[] = []): Promise<pg.QueryResult> {
   const client = new pg.Client({ connectionString: url })
   await client.connect()
-  try { return await client.query(sql) } finally { await client.end() }
+  try {
+    await client.query('SET statement_timeout = 0')
+    return await client.query(text, values)
+  } finally {
+    await client.end()
+  }
 }
 
 export async function startPostgres (): Promise<Postgres> {
+  const keep = process.env.BENCH_KEEP === '1'
   const workDir = await mkdtemp(path.join(tmpdir(), 'petstore-bench-'))
   // As root, embedded-postgres runs the server as a `postgres` user, which must be able to enter this directory.
   await chmod(workDir, 0o755)
-  let adminUrl = process.env.DATABASE_URL
-  let urlFor: (db: string) => string
-  let stopEmbedded = async (): Promise<void> => {}
-  let source: string
-  let postmasterPid: number | undefined
-  if (adminUrl === undefined || adminUrl === '') {
-    const embedded = await startEmbeddedPostgres({ dir: path.join(workDir, 'pg') }).catch(async (err: unknown) => {
-      await rm(workDir, { recursive: true, force: true })
-      throw err
-    })
-    adminUrl = embedded.url
-    urlFor = embedded.urlFor
-    // destroy() also removes a cluster that lives outside workDir (as root, packages/embedded-postgres puts it where its `postgres` user can reach); BENCH_KEEP keeps it.
-    stopEmbedded = process.env.BENCH_KEEP === '1' ? embedded.stop : embedded.destroy
-    source = 'embedded PostgreSQL (packages/embedded-postgres) in a temporary directory'
-    postmasterPid = embedded.pid
-  } else {
-    const base = adminUrl
-    urlFor = (db) => { const u = new URL(base); u.pathname = `/${db}`; return u.toString() }
-    source = 'DATABASE_URL'
+  const shared = process.env.DATABASE_URL ?? ''
+  const embedded = shared === '' ? await startEmbeddedPostgres({ dir: path.join(workDir, 'pg') }) : undefined
+  const adminUrl = embedded?.url ?? shared
+  const urlFor = (name: string): string => {
+    const url = new URL(adminUrl)
+    url.pathname = `/${name}`
+    return url.toString()
   }
-  const version = String((await adminQuery(adminUrl, 'SHOW server_version')).rows[0]?.server_version)
   const created: string[] = []
   return {
     workDir,
-    version,
-    source,
-    postmasterPid,
-    createDatabase: async (name) => {
-      await adminQuery(adminUrl, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)
-      await adminQuery(adminUrl, `CREATE DATABASE "${name}"`)
+    version: String((await sql(adminUrl, 'SHOW server_version')).rows[0]?.server_version),
+    source: embedded === undefined ? 'DATABASE_URL' : 'embedded PostgreSQL (packages/embedded-postgres)',
+    postmasterPid: embedded?.pid,
+    createDatabase: async (name, options = {}) => {
+      await sql(adminUrl, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)
+      await sql(adminUrl, `CREATE DATABASE "${name}"`)
+      if (options.cheapCommits === true) await sql(adminUrl, `ALTER DATABASE "${name}" SET synchronous_commit = off`)
       created.push(name)
       return urlFor(name)
     },
     stop: async () => {
-      // On a shared DATABASE_URL, leave nothing behind; the embedded server goes with its cluster.
-      if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') {
-        for (const name of created) await adminQuery(adminUrl, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`).catch(() => {})
+      for (const name of embedded === undefined ? created : []) {
+        await sql(adminUrl, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`).catch(() => {})
       }
-      await stopEmbedded()
-      if (process.env.BENCH_KEEP !== '1') await rm(workDir, { recursive: true, force: true })
+      // destroy() also removes a cluster kept outside workDir (as root); BENCH_KEEP keeps it and the logs.
+      if (embedded !== undefined) await (keep ? embedded.stop() : embedded.destroy())
+      if (!keep) await rm(workDir, { recursive: true, force: true })
     }
   }
 }
@@ -115,250 +115,205 @@ export interface RunningServer {
   kind: ServerKind
   pid: number
   url: string
-  /** The service's (and baseline's) metrics endpoint; the others serve none there. */
+  /** The service's metrics endpoint (the others serve none). */
   metricsUrl: string
   logFile: string
   stop: () => Promise<void>
 }
 
 export interface ServerOptions {
-  databaseUrl?: string
-  ceilingData?: string
-  logLevel: string
-  workDir: string
   label: string
-  /** Extra node flags (bench/profile.ts: --cpu-prof); for the service they come after npm start's. */
+  workDir: string
+  databaseUrl?: string
+  /** A JSON file of the rows, for the in-memory servers. */
+  rowsFile?: string
+  /** Extra node flags (the profiler's --cpu-prof); for the service after npm start's own. */
   nodeArgs?: string[]
+  /** More settings for the service, e.g. tracing's OTEL_* (after BENCH_SERVICE_ENV). */
+  env?: Record<string, string>
 }
-
-async function waitUntilServing (url: string, child: ChildProcess, logFile: string): Promise<void> {
-  const deadline = Date.now() + 60_000
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`server exited during start (${child.exitCode ?? child.signalCode}); see ${logFile}`)
-    try {
-      const response = await fetch(`${url}/v1/categories`, { headers: AUTH })
-      await response.arrayBuffer()
-      if (response.status === 200) return
-    } catch { /* not listening yet */ }
-    await new Promise(resolve => setTimeout(resolve, 100))
-  }
-  throw new Error(`server did not answer within 60 s; see ${logFile}`)
-}
-
-/** How a server is started: its command, arguments, environment and directory. */
-interface Launch { command: string, args: string[], env: NodeJS.ProcessEnv, cwd?: string }
 
 const PEERS = path.join(ROOT, 'bench', 'peers')
 const BUN = path.join(PEERS, 'node_modules', '.bin', 'bun')
 
-/** The peers' own dependencies (bench/peers/package.json), installed from their lockfile on first use and when it changes. */
-export function ensurePeers (log: (message: string) => void): void {
+/** The peers' own dependencies (bench/peers), installed from their lockfile on first use and when it changes. */
+export function ensurePeers (): void {
   const installed = path.join(PEERS, 'node_modules', '.package-lock.json')
-  if (existsSync(installed) && statSync(installed).mtimeMs >= statSync(path.join(PEERS, 'package-lock.json')).mtimeMs) return
+  const lockfile = path.join(PEERS, 'package-lock.json')
+  if (existsSync(installed) && statSync(installed).mtimeMs >= statSync(lockfile).mtimeMs) return
   log('installing the peers\' dependencies (npm ci in bench/peers)')
   execFileSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: PEERS, stdio: ['ignore', 'ignore', 'inherit'] })
 }
 
-/** The Bun version the peers run on, for the report. */
-export function bunVersion (): string {
-  try { return execFileSync(BUN, ['--version'], { encoding: 'utf8' }).trim() } catch { return 'not installed' }
-}
-
-/**
- * BENCH_SERVICE_ENV: more settings for the service alone (not the baseline), as space-separated
- * NAME=value: with BENCH_BASELINE_DIR at this checkout, one setting's cost in one run (tracing on against off).
- */
-export function benchServiceEnv (value = process.env.BENCH_SERVICE_ENV ?? ''): Record<string, string> {
-  return Object.fromEntries(value.split(/\s+/).filter(item => item !== '').map(item => {
+/** BENCH_SERVICE_ENV: space-separated NAME=value settings for the service alone (not the baseline). */
+function benchServiceEnv (value = process.env.BENCH_SERVICE_ENV ?? ''): Record<string, string> {
+  const settings: Record<string, string> = {}
+  for (const item of value.split(/\s+/).filter(word => word !== '')) {
     const at = item.indexOf('=')
     if (at <= 0) throw new Error(`BENCH_SERVICE_ENV: "${item}" is not NAME=value`)
-    return [item.slice(0, at), item.slice(at + 1)]
-  }))
+    settings[item.slice(0, at)] = item.slice(at + 1)
+  }
+  return settings
 }
 
-function launch (kind: ServerKind, metricsPort: number, nodeArgs: string[]): Launch {
+interface Launch { command: string, args: string[], env: Record<string, string>, cwd: string }
+
+function launch (kind: ServerKind, metricsPort: number, options: ServerOptions): Launch {
+  const nodeArgs = options.nodeArgs ?? []
+  const production = { NODE_ENV: 'production' }
+  const tsx = (file: string): string[] => [...nodeArgs, '--import', 'tsx', file]
   switch (kind) {
     case 'service':
     case 'baseline': {
-      const cwd = kind === 'service' ? ROOT : process.env.BENCH_BASELINE_DIR
-      if (cwd === undefined || cwd === '') throw new Error('the baseline server needs BENCH_BASELINE_DIR (a checkout with dist/ built)')
-      // Production mode, metrics on (their own port, as deployed); only the drain pause on SIGTERM is skipped (it slows teardown).
-      return { command: process.execPath, args: [...benchServiceNodeArgs(), ...nodeArgs, 'dist/server.js'], env: { NODE_ENV: 'production', METRICS_PORT: String(metricsPort), SHUTDOWN_DRAIN_MS: '0', ...(kind === 'service' ? benchServiceEnv() : {}) }, cwd }
+      const cwd = kind === 'service' ? ROOT : process.env.BENCH_BASELINE_DIR ?? ''
+      if (cwd === '') throw new Error('the baseline server needs BENCH_BASELINE_DIR (a checkout with dist/ built)')
+      const own = kind === 'service' ? { ...benchServiceEnv(), ...options.env } : {}
+      // As deployed: production, metrics on their own port; only the drain pause on SIGTERM is skipped.
+      const env = { ...production, METRICS_PORT: String(metricsPort), SHUTDOWN_DRAIN_MS: '0', ...own }
+      return { command: process.execPath, args: [...benchServiceNodeArgs(), ...nodeArgs, 'dist/server.js'], env, cwd }
     }
     case 'floor':
-      return { command: process.execPath, args: [...nodeArgs, '--import', 'tsx', 'bench/ceiling.ts'], env: { NODE_ENV: 'production', CEILING_BODY: 'buffer' } }
-    case 'raw':
-    case 'ceiling':
+    case 'ceiling': {
+      const body: Record<string, string> = kind === 'floor' ? { CEILING_BODY: 'buffer' } : {}
+      return { command: process.execPath, args: tsx('bench/ceiling.ts'), env: { ...production, ...body }, cwd: ROOT }
+    }
     case 'naive':
-      return { command: process.execPath, args: [...nodeArgs, '--import', 'tsx', `bench/${kind}.ts`], env: { NODE_ENV: 'production' } }
+      return { command: process.execPath, args: tsx('bench/naive.ts'), env: production, cwd: ROOT }
     case 'express':
     case 'hono':
-      return { command: process.execPath, args: [...nodeArgs, `bench/peers/${kind}.js`], env: { NODE_ENV: 'production' } }
+      return { command: process.execPath, args: [...nodeArgs, `bench/peers/${kind}.js`], env: production, cwd: ROOT }
     case 'bun':
-      return { command: BUN, args: ['bench/peers/elysia.js'], env: { NODE_ENV: 'production' } }
+      return { command: BUN, args: ['bench/peers/elysia.js'], env: production, cwd: ROOT }
   }
 }
 
-/** Starts one server in its own process, its stdout and stderr in a log file, and waits until it answers. */
+/** The service answers its readiness probe; a peer, its list (it has no probe). */
+const readyPath = (kind: ServerKind): string => kind === 'service' || kind === 'baseline' ? '/health/ready' : LIST_PATH
+
+async function waitUntilServing (url: string, exited: () => boolean, logFile: string): Promise<void> {
+  const deadline = Date.now() + START_TIMEOUT_MS
+  while (Date.now() < deadline) {
+    if (exited()) throw new Error(`the server exited while starting; see ${logFile}`)
+    const status = await fetch(url, { headers: AUTH }).then(async response => {
+      await response.arrayBuffer()
+      return response.status
+    }, () => 0)
+    if (status === 200) return
+    await new Promise(resolve => setTimeout(resolve, POLL_MS))
+  }
+  throw new Error(`the server did not answer within ${START_TIMEOUT_MS} ms; see ${logFile}`)
+}
+
+/** Starts one server in its own process, stdout and stderr in a log file, and waits until it answers. */
 export async function startServer (kind: ServerKind, options: ServerOptions): Promise<RunningServer> {
   const port = await freePort()
+  const metricsPort = await freePort()
   const url = `http://127.0.0.1:${port}`
   const logFile = path.join(options.workDir, `${options.label}.log`)
-  const log = await open(logFile, 'a')
-  const metricsPort = await freePort()
-  const how = launch(kind, metricsPort, options.nodeArgs ?? [])
+  const how = launch(kind, metricsPort, options)
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
     PORT: String(port),
     HOST: '127.0.0.1',
     API_KEYS: API_KEY,
-    LOG_LEVEL: options.logLevel,
-    ...(process.env.DB_POOL_MAX === undefined ? {} : { DB_POOL_MAX: process.env.DB_POOL_MAX }),
-    ...(process.env.DB_PREPARED_STATEMENTS === undefined ? {} : { DB_PREPARED_STATEMENTS: process.env.DB_PREPARED_STATEMENTS }),
-    ...(options.databaseUrl === undefined ? {} : { DATABASE_URL: options.databaseUrl }),
-    ...(options.ceilingData === undefined ? {} : { CEILING_DATA: options.ceilingData }),
+    LOG_LEVEL: 'info',
+    DB_POOL_MAX: process.env.DB_POOL_MAX,
+    DATABASE_URL: options.databaseUrl,
+    CEILING_DATA: options.rowsFile,
     ...how.env
   }
-  const child = spawn(how.command, how.args, { cwd: how.cwd ?? ROOT, env, stdio: ['ignore', log.fd, log.fd] })
-  const exited = once(child, 'exit')
-  await log.close()
-  if (child.pid === undefined) throw new Error(`could not start ${kind}`)
+  const logHandle = await open(logFile, 'a')
+  const child = spawn(how.command, how.args, { cwd: how.cwd, env, stdio: ['ignore', logHandle.fd, logHandle.fd] })
+  const exit = once(child, 'exit')
+  await logHandle.close()
+  const exited = (): boolean => child.exitCode !== null || child.signalCode !== null
   try {
-    await waitUntilServing(url, child, logFile)
+    await waitUntilServing(`${url}${readyPath(kind)}`, exited, logFile)
   } catch (err) {
     child.kill('SIGKILL')
     throw err
   }
-  return {
-    kind,
-    pid: child.pid,
-    url,
-    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
-    logFile,
-    stop: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return
-      child.kill('SIGTERM')
-      const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
-      await exited
-      clearTimeout(timer)
-    }
+  const stop = async (): Promise<void> => {
+    if (exited()) return
+    child.kill('SIGTERM')
+    const timer = setTimeout(() => child.kill('SIGKILL'), STOP_TIMEOUT_MS)
+    await exit
+    clearTimeout(timer)
   }
+  return { kind, pid: child.pid as number, url, metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`, logFile, stop }
 }
 
-export interface LoadGenerator {
-  /** wrk or autocannon */
-  name: string
-  /** Runs one scenario; onMeasuring is called when the warm-up is over and the measured window begins. */
-  run: (spec: LoadSpec, onMeasuring: () => void) => Promise<LoadResult>
-  stop: () => Promise<void>
-}
-
-/** BENCH_LOAD: wrk (default) or autocannon (the soak's, which needs a steady rate wrk cannot hold). */
-export async function startLoadGenerator (log: (message: string) => void, which = process.env.BENCH_LOAD ?? 'wrk'): Promise<LoadGenerator> {
-  if (which === 'wrk') {
-    log(ensureWrk(log))
-    return wrkLoadGenerator()
-  }
-  if (which !== 'autocannon') throw new Error(`BENCH_LOAD must be wrk or autocannon, got "${which}"`)
-  return startAutocannon()
-}
-
-async function startAutocannon (): Promise<LoadGenerator> {
-  const child = fork(path.join(ROOT, 'bench/load.ts'), [], { cwd: ROOT, execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
-  const exited = once(child, 'exit')
-  if (child.pid === undefined) throw new Error('could not start the load generator')
-  return {
-    name: 'autocannon',
-    run: async (spec, onMeasuring) => await new Promise((resolve, reject) => {
-      const onMessage = (message: LoadMessage): void => {
-        if (message.type === 'measuring') { onMeasuring(); return }
-        child.off('message', onMessage)
-        child.off('exit', onExit)
-        if (message.type === 'result') resolve(message.result)
-        else reject(new Error(`load generator: ${message.message}`))
-      }
-      const onExit = (): void => { reject(new Error('load generator exited')) }
-      child.on('message', onMessage)
-      child.once('exit', onExit)
-      child.send(spec)
-    }),
-    stop: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return
-      child.disconnect()
-      const timer = setTimeout(() => child.kill('SIGKILL'), 5000)
-      await exited
-      clearTimeout(timer)
-    }
-  }
-}
-
-export interface SeedRow { id: number, name: string, description?: string }
-
-/** The rows every server holds before a phase: ids 1..count, a description on every other row. */
-export function seedRows (count: number): SeedRow[] {
-  return Array.from({ length: count }, (_, i) => {
+/** The seeded rows as the API lists them: ids 1..count, a description on every other row. */
+export function seedJson (count: number): string {
+  const rows = Array.from({ length: count }, (_, i) => {
     const id = i + 1
     const name = `Category ${String(id).padStart(5, '0')}`
     return id % 2 === 0 ? { id, name, description: `Seeded category number ${id}` } : { id, name }
   })
+  return JSON.stringify(rows)
 }
 
-/** Creates the rows through the API (POST), a few requests at a time. */
-export async function seedThroughApi (url: string, rows: SeedRow[], concurrency = 32): Promise<void> {
-  let next = 0
-  const worker = async (): Promise<void> => {
-    while (next < rows.length) {
-      const { id: _id, ...body } = rows[next++] as SeedRow
-      const response = await fetch(`${url}/v1/categories`, {
-        method: 'POST',
-        headers: { ...AUTH, 'content-type': 'application/json' },
-        body: JSON.stringify(body)
-      })
-      const text = await response.text()
-      if (response.status !== 201) throw new Error(`seeding ${url}: POST answered ${response.status}: ${text}`)
-    }
-  }
-  await Promise.all(Array.from({ length: concurrency }, worker))
+/** The rows of seedJson, written by SQL into a server's own table (empty, or grown by `count` rows). */
+export async function seedBySql (databaseUrl: string, count: number): Promise<void> {
+  await sql(databaseUrl, `INSERT INTO categories (name, description)
+    SELECT 'Category ' || lpad(i::text, greatest(5, length(i::text)), '0'),
+      CASE WHEN i % 2 = 0 THEN 'Seeded category number ' || i END
+    FROM generate_series(1, $1::int) AS i`, [count])
+  await sql(databaseUrl, 'VACUUM ANALYZE categories')
 }
 
-/** Runs one bulk INSERT into a server's own categories table, then VACUUM ANALYZE. */
-async function bulkInsert (databaseUrl: string, insert: string, values: unknown[]): Promise<void> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    // The service set its statement timeout on the role (migrations); a bulk load needs longer.
-    await client.query('SET statement_timeout = 0')
-    await client.query(insert, values)
-    await client.query('VACUUM ANALYZE categories')
-  } finally {
-    await client.end()
-  }
-}
-
-/** The rows of seedRows, written by SQL into a server's own table: for the large tables, where POSTs would take minutes. */
-export async function seedBySql (databaseUrl: string, rows: number): Promise<void> {
-  await bulkInsert(databaseUrl, `INSERT INTO categories (name, description)
-    SELECT 'Category ' || lpad(i::text, greatest(5, length(i::text)), '0'), CASE WHEN i % 2 = 0 THEN 'Seeded category number ' || i END
-    FROM generate_series(1, $1::int) AS i`, [rows])
-}
-
-/** The big lists' rows: about 113 bytes of JSON each (about 110 MB at 1,000,000 rows), as in the measurements the big-list targets came from. */
 const LONG_DESCRIPTION = 'a category seeded for the big-list benchmark, with a description of some length'
 
-/** Writes `rows` long rows by SQL into a server's own table; returns the byte length of the list they make. */
-export async function seedLongRows (databaseUrl: string, rows: number): Promise<number> {
-  await bulkInsert(databaseUrl, `INSERT INTO categories (name, description)
-    SELECT 'Category ' || i, $2 || ' ' || i FROM generate_series(1, $1::int) AS i`, [rows, LONG_DESCRIPTION])
+/** Rows of about 113 bytes of JSON each (about 141.7 MB at 1,000,000); returns the list's byte length. */
+export async function seedLongRows (databaseUrl: string, count: number): Promise<number> {
+  await sql(databaseUrl, `INSERT INTO categories (name, description)
+    SELECT 'Category ' || i, $2 || ' ' || i FROM generate_series(1, $1::int) AS i`, [count, LONG_DESCRIPTION])
+  await sql(databaseUrl, 'VACUUM ANALYZE categories')
   let bytes = 1
-  for (let i = 1; i <= rows; i++) bytes += Buffer.byteLength(JSON.stringify({ id: i, name: `Category ${i}`, description: `${LONG_DESCRIPTION} ${i}` })) + 1
+  for (let id = 1; id <= count; id++) {
+    const row = { id, name: `Category ${id}`, description: `${LONG_DESCRIPTION} ${id}` }
+    bytes += Buffer.byteLength(JSON.stringify(row)) + 1
+  }
   return bytes
 }
 
-/** The middle value (the upper of the two middle ones for an even count); NaN for none. */
-export const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN
+/** Deletes the rows with ids above `keep` and vacuums: a round that wrote leaves the table as it found it. */
+export async function restoreTable (databaseUrl: string, keep: number): Promise<number> {
+  const { rowCount } = await sql(databaseUrl, 'DELETE FROM categories WHERE id > $1', [keep])
+  await sql(databaseUrl, 'VACUUM categories')
+  return rowCount ?? 0
+}
 
-/** PostgreSQL's own speed of handing the rows over: `COPY … TO STDOUT` of the categories, read and dropped. */
+interface SeededOptions {
+  label: string
+  database: string
+  cheapCommits?: boolean
+  nodeArgs?: string[]
+  env?: Record<string, string>
+}
+
+/** A server on its own fresh database of `rows` rows (in-memory servers: a file of them, and no database URL). */
+export async function startSeeded (kind: ServerKind, postgres: Postgres, rows: number, options: SeededOptions):
+Promise<{ server: RunningServer, databaseUrl: string | undefined }> {
+  const common = { label: options.label, workDir: postgres.workDir, nodeArgs: options.nodeArgs, env: options.env }
+  if (IN_MEMORY.includes(kind)) {
+    const rowsFile = path.join(postgres.workDir, `rows-${rows}.json`)
+    await writeFile(rowsFile, seedJson(rows))
+    return { server: await startServer(kind, { ...common, rowsFile }), databaseUrl: undefined }
+  }
+  const databaseUrl = await postgres.createDatabase(options.database, { cheapCommits: options.cheapCommits })
+  const server = await startServer(kind, { ...common, databaseUrl })
+  try {
+    await seedBySql(databaseUrl, rows)
+  } catch (err) {
+    await server.stop()
+    throw err
+  }
+  return { server, databaseUrl }
+}
+
+/** PostgreSQL's own pace: `COPY … TO STDOUT` of the categories, read and dropped; milliseconds. */
 export async function copyMs (databaseUrl: string): Promise<number> {
   const client = new pg.Client({ connectionString: databaseUrl })
   await client.connect()
@@ -374,60 +329,42 @@ export async function copyMs (databaseUrl: string): Promise<number> {
   }
 }
 
-/** The rows the profilers serve: for the in-memory servers in a file (CEILING_DATA), for the others through their API. */
-export interface ProfileRows { list: SeedRow[], file: string }
-
-export async function profileRows (postgres: Postgres, count: number): Promise<ProfileRows> {
-  const list = seedRows(count)
-  const file = path.join(postgres.workDir, `rows-${count}.json`)
-  await writeFile(file, JSON.stringify(list))
-  return { list, file }
+/** A sample of one metric from a server's metrics endpoint, by its labels as written (`{source="cache"}`). */
+export async function readMetric (server: RunningServer, name: string): Promise<Map<string, number>> {
+  const text = await fetch(server.metricsUrl).then(async response => await response.text(), () => '')
+  const samples = new Map<string, number>()
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue
+    const at = line.lastIndexOf(' ')
+    samples.set(line.slice(name.length, at), Number(line.slice(at + 1)))
+  }
+  return samples
 }
+
+/** Every sample of a metric added up. */
+export async function metricTotal (server: RunningServer, name: string): Promise<number> {
+  let total = 0
+  for (const value of (await readMetric(server, name)).values()) total += value
+  return total
+}
+
+/** What changed in a metric between two readings, by labels. */
+export function growth (after: Map<string, number>, before: Map<string, number>): Map<string, number> {
+  return new Map([...after].map(([labels, value]) => [labels, value - (before.get(labels) ?? 0)]))
+}
+
+export interface Transfer { status: number, bytes: number, firstByteMs: number, totalMs: number }
 
 /**
- * A server for the profilers (profile.ts, perf-profile.ts): started with the rows,
- * from their file or seeded through its API into a fresh database named
- * `<databasePrefix>_<kind>_…`; and its list's ETag, for the If-None-Match
- * scenario. A server that fails to seed is stopped.
+ * One GET by curl, its body dropped (or written to `output`); the key goes on curl's stdin, never its command line.
+ * Node's fetch needs seconds for a body curl reads in a tenth of one (docs/performance.md).
  */
-export async function startSeededServer (kind: ServerKind, postgres: Postgres, rows: ProfileRows, options: { databasePrefix: string, label: string, nodeArgs: string[] }): Promise<{ server: RunningServer, etag: string }> {
-  const inMemory = IN_MEMORY.includes(kind)
-  const server = await startServer(kind, {
-    ...(inMemory ? { ceilingData: rows.file } : { databaseUrl: await postgres.createDatabase(`${options.databasePrefix}_${kind}_${Date.now().toString(36)}`) }),
-    logLevel: 'info',
-    workDir: postgres.workDir,
-    label: options.label,
-    nodeArgs: options.nodeArgs
-  })
-  try {
-    if (!inMemory) await seedThroughApi(server.url, rows.list)
-    // Without Accept-Encoding, as wrk asks: fetch's own would get the compressed list's tag, which never matches.
-    const first = await fetch(`${server.url}/v1/categories`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
-    await first.arrayBuffer()
-    return { server, etag: first.headers.get('etag') ?? '"none"' }
-  } catch (err) {
-    await server.stop()
-    throw err
-  }
-}
-
-/** A profiler's report: written to outDir/file and printed, and where it went logged. */
-export async function publishReport (outDir: string, file: string, lines: string[], log: (message: string) => void): Promise<void> {
-  await writeFile(path.join(outDir, file), lines.join('\n'))
-  process.stdout.write(lines.join('\n') + '\n')
-  log(`wrote ${path.join(outDir, file)}`)
-}
-
-/**
- * Runs a bench script's main and exits with its code (0 when it returns none),
- * or with `crashCode` when it throws: an explicit exit, whatever the run left
- * open (servers, load generators, timers).
- */
-export async function runToExit (main: () => Promise<number | void>, crashCode = 1): Promise<never> {
-  try {
-    process.exit((await main()) ?? 0)
-  } catch (err) {
-    console.error(err)
-    process.exit(crashCode)
-  }
+export async function curlGet (url: string, headers: Record<string, string> = {}, output = '/dev/null'):
+Promise<Transfer> {
+  const lines = Object.entries({ ...AUTH, ...headers }).map(([name, value]) => `header = "${name}: ${value}"\n`)
+  const format = '%{http_code} %{size_download} %{time_starttransfer} %{time_total}'
+  const child = promisify(execFile)('curl', ['-s', '-K', '-', '-o', output, '-w', format, url], { encoding: 'utf8' })
+  child.child.stdin?.end(lines.join(''))
+  const [status, bytes, firstByte, total] = (await child).stdout.split(' ').map(Number)
+  return { status: status ?? 0, bytes: bytes ?? 0, firstByteMs: (firstByte ?? 0) * 1000, totalMs: (total ?? 0) * 1000 }
 }

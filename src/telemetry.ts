@@ -85,7 +85,7 @@ export async function startTelemetry (options: { spanProcessors?: SpanProcessor[
       new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command: string) => command }),
       new FastifyOtelInstrumentation({
         registerOnInitialization: true,
-        // A span per hook would be most of the spans, and of their cost (bench/README.md), and say little.
+        // A span per hook would be most of the spans, and of their cost (docs/performance.md), and say little.
         instrumentHooks: false,
         // Asked per route ({ handler, … }) and per request ({ url, method }): not for a request without a server span.
         ignorePaths: (route: { url: string, handler?: unknown }) =>

@@ -29,7 +29,8 @@ new Elysia()
     return rows.map(toCategory)
   })
   .post('/v1/categories', async ({ body, set }) => {
-    const [row] = await sql`INSERT INTO categories (name, description) VALUES (${body.name}, ${body.description ?? null}) RETURNING id, name, description`
+    const [row] = await sql`INSERT INTO categories (name, description)
+      VALUES (${body.name}, ${body.description ?? null}) RETURNING id, name, description`
     const category = toCategory(row)
     set.status = 201
     set.headers.location = `/v1/categories/${category.id}`

@@ -4,7 +4,10 @@
  */
 import express from 'express'
 import pg from 'pg'
-import { CREATE_TABLE, env, expectedAuthorization, host, invalid, isNewCategory, poolMax, port, toCategory, unauthorized } from './common.js'
+import {
+  CREATE_TABLE, INSERT, env, expectedAuthorization, host, invalid, isNewCategory, poolMax, port, toCategory,
+  unauthorized
+} from './common.js'
 
 const pool = new pg.Pool({ connectionString: env.DATABASE_URL, max: poolMax })
 await pool.query(CREATE_TABLE)
@@ -29,7 +32,7 @@ app.post('/v1/categories', async (req, res) => {
     res.status(400).json(invalid)
     return
   }
-  const { rows } = await pool.query('INSERT INTO categories (name, description) VALUES ($1, $2) RETURNING id, name, description', [req.body.name, req.body.description ?? null])
+  const { rows } = await pool.query(INSERT, [req.body.name, req.body.description ?? null])
   const category = toCategory(rows[0])
   res.status(201).location(`/v1/categories/${category.id}`).json(category)
 })

@@ -5,7 +5,9 @@
 import { serve } from '@hono/node-server'
 import { Hono } from 'hono'
 import postgres from 'postgres'
-import { CREATE_TABLE, env, expectedAuthorization, host, invalid, isNewCategory, poolMax, port, toCategory, unauthorized } from './common.js'
+import {
+  CREATE_TABLE, env, expectedAuthorization, host, invalid, isNewCategory, poolMax, port, toCategory, unauthorized
+} from './common.js'
 
 const sql = postgres(env.DATABASE_URL, { max: poolMax, onnotice: () => {} })
 await sql.unsafe(CREATE_TABLE)
@@ -29,7 +31,8 @@ app.get('/v1/categories', async (c) => {
 app.post('/v1/categories', async (c) => {
   const body = await c.req.json().catch(() => null)
   if (!isNewCategory(body)) return c.json(invalid, 400)
-  const [row] = await sql`INSERT INTO categories (name, description) VALUES (${body.name}, ${body.description ?? null}) RETURNING id, name, description`
+  const [row] = await sql`INSERT INTO categories (name, description)
+    VALUES (${body.name}, ${body.description ?? null}) RETURNING id, name, description`
   const category = toCategory(row)
   c.header('location', `/v1/categories/${category.id}`)
   return c.json(category, 201)

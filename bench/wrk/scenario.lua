@@ -1,10 +1,24 @@
--- The requests of one bench scenario for wrk, and its result as one JSON line (bench/wrk.ts).
--- BENCH_WRK_KIND: get (wrk's own precomputed request), post (a unique name per
--- request) or mixed (every BENCH_WRK_POST_EVERY-th request a POST, the rest GET).
--- BENCH_WRK_PREFIX makes the names unique across scenarios and runs.
+-- The requests of one load for wrk (bench/wrk.ts), and its result as one JSON line.
+-- BENCH_WRK_KIND: get (wrk's own precomputed request), post, patch (a random id of the update range), delete (each
+-- id of the delete range once), mixed (every BENCH_WRK_EVERY-th request a POST, the rest GET) or writes (every
+-- BENCH_WRK_EVERY-th request a write: a create, an update and a delete in turn, the rest GET).
+local function number(name, default)
+  return tonumber(os.getenv(name) or default)
+end
+
 local kind = os.getenv("BENCH_WRK_KIND") or "get"
-local every = tonumber(os.getenv("BENCH_WRK_POST_EVERY") or "20")
 local prefix = os.getenv("BENCH_WRK_PREFIX") or "wrk"
+local every = number("BENCH_WRK_EVERY", "20")
+local threads = number("BENCH_WRK_THREADS", "1")
+local update_first = number("BENCH_WRK_UPDATE_FIRST", "1")
+local update_last = number("BENCH_WRK_UPDATE_LAST", "1")
+local delete_first = number("BENCH_WRK_DELETE_FIRST", "1")
+local delete_count = number("BENCH_WRK_DELETE_COUNT", "1")
+local delete_stream = number("BENCH_WRK_DELETE_STREAM", "0")
+local delete_streams = number("BENCH_WRK_DELETE_STREAMS", "1")
+local delete_step = number("BENCH_WRK_DELETE_STEP", "1")
+local delay_ms = number("BENCH_WRK_DELAY_MS", "0")
+local SEED_PER_STREAM = 7919
 
 local thread_count = 0
 function setup(thread)
@@ -13,35 +27,78 @@ function setup(thread)
 end
 
 local get_request
-local post_headers = {}
+local json_headers = {}
+local patch_headers = {}
 local sent = 0
+local deleted = 0
+local write_turn = 0
 local name_prefix
+local stream
 
 function init(args)
-  name_prefix = prefix .. "-t" .. tostring(thread_number or 0) .. "-"
+  local thread_index = (thread_number or 1) - 1
+  name_prefix = prefix .. "-t" .. thread_index .. "-"
+  stream = delete_stream * threads + thread_index
+  math.randomseed(os.time() + stream * SEED_PER_STREAM)
   get_request = wrk.format("GET", wrk.path)
-  for name, value in pairs(wrk.headers) do post_headers[name] = value end
-  post_headers["Content-Type"] = "application/json"
+  for name, value in pairs(wrk.headers) do
+    json_headers[name] = value
+    patch_headers[name] = value
+  end
+  json_headers["Content-Type"] = "application/json"
+  patch_headers["Content-Type"] = "application/merge-patch+json"
 end
 
-local function post()
-  return wrk.format("POST", wrk.path, post_headers,
-    '{"name":"' .. name_prefix .. sent .. '","description":"created by the benchmark"}')
+local function create()
+  local body = '{"name":"' .. name_prefix .. sent .. '","description":"created by the benchmark"}'
+  return wrk.format("POST", wrk.path, json_headers, body)
 end
+
+local function update()
+  local id = math.random(update_first, update_last)
+  return wrk.format("PATCH", wrk.path .. "/" .. id, patch_headers, '{"name":"' .. name_prefix .. sent .. '"}')
+end
+
+local function delete()
+  local index = deleted * delete_streams * threads + stream
+  deleted = deleted + 1
+  local id = delete_first + (index * delete_step) % delete_count
+  return wrk.format("DELETE", wrk.path .. "/" .. id)
+end
+
+local function write()
+  write_turn = write_turn % 3 + 1
+  if write_turn == 1 then return create() end
+  if write_turn == 2 then return update() end
+  return delete()
+end
+
+local only = { post = create, patch = update, delete = delete }
+local one_in_every = { mixed = create, writes = write }
 
 -- Only a script with a request() function makes wrk build every request anew; GET keeps the static one.
-if kind == "post" then
+if only[kind] ~= nil then
   function request()
     sent = sent + 1
-    return post()
+    return only[kind]()
   end
-elseif kind == "mixed" then
+elseif one_in_every[kind] ~= nil then
   function request()
     sent = sent + 1
-    if sent % every == 0 then return post() end
+    if sent % every == 0 then return one_in_every[kind]() end
     return get_request
   end
 end
+
+if delay_ms > 0 then
+  function delay()
+    return delay_ms
+  end
+end
+
+local CLOCK_TICKS_PER_SECOND = 100
+local US_PER_MS = 1000
+local US_PER_S = 1000000
 
 -- CPU ticks (user + system, all threads) of this wrk process, from /proc/self/stat.
 local function cpu_ticks()
@@ -54,10 +111,15 @@ local function cpu_ticks()
   return tonumber(fields[12]) + tonumber(fields[13])
 end
 
+-- The result as bench/wrk.ts's LoadResult.
 function done(summary, latency, requests)
   local e = summary.errors
+  local answered = math.max(summary.requests, 1)
   io.write(string.format(
-    'BENCH_RESULT {"requests":%d,"durationUs":%d,"bytes":%d,"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d,"p50Us":%d,"p99Us":%d,"cpuTicks":%d}\n',
-    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50), latency:percentile(99), cpu_ticks()))
+    'BENCH_RESULT {"total":%d,"rps":%.1f,"p50":%.1f,"p99":%.1f,"socketErrors":%d,"badStatuses":%d,' ..
+    '"bytesPerResponse":%d,"cpuSeconds":%.2f}\n',
+    summary.requests, summary.requests / summary.duration * US_PER_S,
+    latency:percentile(50) / US_PER_MS, latency:percentile(99) / US_PER_MS,
+    e.connect + e.read + e.write + e.timeout, e.status, math.floor(summary.bytes / answered),
+    cpu_ticks() / CLOCK_TICKS_PER_SECOND))
 end
