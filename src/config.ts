@@ -40,6 +40,7 @@ export const EnvSchema = Type.Object({
 
 type Env = Static<typeof EnvSchema>
 
+/** Read once at start, and never changed after (the object is frozen). */
 export type Config = ReturnType<typeof loadConfig>
 
 export class ConfigError extends StartupError { override name = 'ConfigError' }
@@ -129,7 +130,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
   if (env.DATABASE_DIRECT_URL !== undefined && env.DATABASE_URL === undefined) {
     throw new ConfigError('DATABASE_DIRECT_URL is set without DATABASE_URL; set DATABASE_URL too (the pool uses it)')
   }
-  return {
+  return Object.freeze({
     production,
     databaseUrl: env.DATABASE_URL,
     databaseDirectUrl: env.DATABASE_DIRECT_URL,
@@ -160,5 +161,5 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env) {
     shutdown: { drainMs: env.SHUTDOWN_DRAIN_MS ?? (production ? 5000 : 0), timeoutMs: env.SHUTDOWN_TIMEOUT_MS },
     metrics: { port: env.METRICS_PORT, host: env.METRICS_HOST },
     corsOrigins: corsOrigins(env.CORS_ORIGINS)
-  }
+  })
 }

@@ -56,7 +56,7 @@ async function start (config: Config): Promise<void> {
   }
   const devKeyFile = path.join(dataDir, 'dev-api-key')
   const devKey = config.apiKeyDigests.length === 0 ? await readOrCreateDevKey(devKeyFile) : undefined
-  if (devKey !== undefined) config.apiKeyDigests = [sha256(devKey.value)]
+  const apiKeyDigests = devKey === undefined ? config.apiKeyDigests : [sha256(devKey.value)]
 
   const url = databaseUrl
   const oneLine = (err: unknown): never => { throw describeBuildError(err, url) }
@@ -66,7 +66,7 @@ async function start (config: Config): Promise<void> {
     warn: (msg) => { console.warn(`petstore: ${msg}`) },
     error: (msg) => { if (debug) console.error(`petstore: ${msg}`) }
   }, { statementTimeoutMs: config.db.statementTimeoutMs }).catch(oneLine)
-  const app = await buildApp({ ...config, databaseUrl: url }).catch(oneLine)
+  const app = await buildApp({ ...config, apiKeyDigests, databaseUrl: url }).catch(oneLine)
   undo.push(async () => { await app.close() })
   await app.verifyTables().catch(oneLine)
   await checkStatementTimeout(app.db, config.db.statementTimeoutMs, app.log)
