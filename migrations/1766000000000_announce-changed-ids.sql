@@ -2,11 +2,14 @@
 -- Updates and deletes announce their ids as inserts do, so that every instance changes just those rows of its
 -- cached list: the baseline's notify_table_change said only that something changed, which dropped the whole list.
 -- A resource's migration calls announce_changes('<table>') for its four statement triggers:
---   inserted (notify_table_insert: the ids),       updated (notify_table_update: 'updated:' and the ids),
---   deleted  (notify_table_delete: 'deleted:' and the ids),   truncated (notify_table_change: '').
+--   inserted  (notify_table_insert: the ids),
+--   updated   (notify_table_update: 'updated:', the transaction id, ':', the ids),
+--   deleted   (notify_table_delete: 'deleted:' and the ids),
+--   truncated (notify_table_change: '').
 -- Past the 8000-byte payload limit a statement announces '*', which, like '', drops the list everywhere.
 
--- An update announces the ids before and after it: an id that changed is one row gone and another come.
+-- An update announces the ids before and after it (an id that changed is one row gone and another come), and its
+-- transaction id, the xmin of the rows it wrote: the instance that made the update knows its own echo by it.
 CREATE FUNCTION notify_table_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -15,7 +18,8 @@ BEGIN
   SELECT string_agg(id::text, ',' ORDER BY id) INTO ids
   FROM (SELECT id FROM old_rows UNION SELECT id FROM new_rows) AS changed;
   IF ids IS NOT NULL THEN
-    PERFORM pg_notify(TG_TABLE_NAME || '_changed', CASE WHEN length(ids) <= 7900 THEN 'updated:' || ids ELSE '*' END);
+    PERFORM pg_notify(TG_TABLE_NAME || '_changed',
+      CASE WHEN length(ids) <= 7880 THEN 'updated:' || txid_current() % 4294967296 || ':' || ids ELSE '*' END);
   END IF;
   RETURN NULL;
 END

@@ -290,6 +290,12 @@ t.test('the instance that answered lists an update or delete in its next answer,
   t.not((await send(b, { method: 'GET', url: '/v1/categories' })).headers.etag, tagBefore, 'the list\'s tag changed')
   t.same({ a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }, refreshes, 'neither rebuilt its list')
   t.ok(await metric(b, 'categories_list_rows_changed_total', { change: 'replaced' }) > 0, 'rows were replaced')
+  const echoes = await metric(a, 'categories_list_own_echoes_total')
+  const { row: own } = await create(a, { name: 'own echo' })
+  await until('A heard the echo of its create', async () => await metric(a, 'categories_list_own_echoes_total') > echoes)
+  await patch(a, own.id, { name: 'own echo, renamed' })
+  await until('A knew the echo of its update by its version, and read nothing again', async () =>
+    await metric(a, 'categories_list_own_echoes_total') > echoes + 1)
   t.ok(await metric(b, 'categories_list_rows_changed_total', { change: 'removed' }) > 0, 'and removed')
 })
 

@@ -330,7 +330,8 @@ t.test('the list cache on its own: own rows committed while a build reads the ta
     await until('the cache lists the row', async () => (await names()).includes('version 1'))
     // This instance's UPDATE commits version 2, another's version 3; the answer to ours arrives after both are heard.
     let answer = (_row: Category): void => {}
-    const ours = cache.updating(id, new Promise<Category>(resolve => { answer = resolve }), updated => updated)
+    const ours = cache.updating(id, new Promise<Category>(resolve => { answer = resolve }),
+      updated => ({ row: updated, version: '1' }))
     await admin.query("UPDATE categories SET name = 'version 2' WHERE id = $1", [String(id)])
     await admin.query("UPDATE categories SET name = 'version 3' WHERE id = $1", [String(id)])
     await until('the cache lists version 3', async () => (await names()).includes('version 3'))

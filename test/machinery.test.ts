@@ -1,7 +1,7 @@
 import { Registry } from 'prom-client'
 import t from 'tap'
 import { ChangeFeed, notificationKind, PROBE_CHANNEL, PROBE_PREFIX } from '../src/machinery/change-feed.js'
-import { CreateBatcher } from '../src/machinery/create-batcher.js'
+import { GroupCommit } from '../src/machinery/group-commit.js'
 import { decide, digestOf, IdempotencyKeyReusedError, type RecordRow } from '../src/machinery/idempotency.js'
 import { metric } from './helpers/app.js'
 
@@ -15,12 +15,12 @@ import { metric } from './helpers/app.js'
 interface Item { id: bigint, name: string }
 
 /** An inserter whose batches the test settles by hand. */
-function heldInserter (): { batches: Array<{ inputs: string[], commit: () => void, fail: (err: Error) => void }>, insertBatch: (inputs: string[]) => Promise<Item[]> } {
+function heldInserter (): { batches: Array<{ inputs: string[], commit: () => void, fail: (err: Error) => void }>, write: (inputs: string[]) => Promise<Item[]> } {
   const batches: Array<{ inputs: string[], commit: () => void, fail: (err: Error) => void }> = []
   let nextId = 1n
   return {
     batches,
-    insertBatch: async (inputs) => await new Promise<Item[]>((resolve, reject) => {
+    write: async (inputs) => await new Promise<Item[]>((resolve, reject) => {
       batches.push({ inputs, commit: () => { resolve(inputs.map(name => ({ id: nextId++, name }))) }, fail: reject })
     })
   }
@@ -31,11 +31,11 @@ t.test('batcher: a lone create goes at once; creates that arrive meanwhile share
   const inserter = heldInserter()
   const told: Array<string | Item[]> = []
   const registry = new Registry()
-  const batcher = new CreateBatcher<string, Item>(inserter, { registry, metricPrefix: 'widgets', maxRows: 3, observer: { created: rows => { told.push(rows) }, invalidate: () => { told.push('failed') } } })
-  const first = batcher.create('a')
+  const batcher = new GroupCommit<string, Item>({ ...inserter, metrics: { registry, name: 'widgets_insert' }, maxRows: 3, observer: { committed: rows => { told.push(rows) }, failed: () => { told.push('failed') } } })
+  const first = batcher.write('a')
   await turn()
   t.same(inserter.batches.map(b => b.inputs), [['a']], 'the lone create is a batch of its own')
-  const rest = ['b', 'c', 'd', 'e'].map(async name => await batcher.create(name))
+  const rest = ['b', 'c', 'd', 'e'].map(async name => await batcher.write(name))
   await turn()
   t.equal(inserter.batches.length, 1, 'nothing else goes while a batch is in flight')
   inserter.batches[0]?.commit()
@@ -53,8 +53,8 @@ t.test('batcher: a lone create goes at once; creates that arrive meanwhile share
 
 t.test('batcher: with maxInFlight, that many batches run at once from one queue', async t => {
   const inserter = heldInserter()
-  const batcher = new CreateBatcher<string, Item>(inserter, { maxRows: 1, maxInFlight: 3 })
-  const created = ['a', 'b', 'c', 'd', 'e'].map(async name => await batcher.create(name))
+  const batcher = new GroupCommit<string, Item>({ ...inserter, maxRows: 1, maxInFlight: 3 })
+  const created = ['a', 'b', 'c', 'd', 'e'].map(async name => await batcher.write(name))
   await turn()
   t.same(inserter.batches.map(b => b.inputs), [['a'], ['b'], ['c']], 'three batches of one row go at once')
   inserter.batches[1]?.commit()
@@ -70,18 +70,32 @@ t.test('batcher: a failed batch fails each of its creates, tells the observer, a
   const inserter = heldInserter()
   const told: string[] = []
   const registry = new Registry()
-  const batcher = new CreateBatcher<string, Item>(inserter, { registry, metricPrefix: 'widgets', observer: { created: () => { told.push('created') }, invalidate: () => { told.push('failed') } } })
-  const doomed = [batcher.create('x'), batcher.create('y')]
+  const batcher = new GroupCommit<string, Item>({ ...inserter, metrics: { registry, name: 'widgets_insert' }, observer: { committed: () => { told.push('created') }, failed: () => { told.push('failed') } } })
+  const doomed = [batcher.write('x'), batcher.write('y')]
   await turn()
   inserter.batches[0]?.fail(new Error('lost'))
   for (const create of doomed) await t.rejects(create, /lost/)
   t.same(told, ['failed'], 'the outcome is unknown: the observer drops what it holds')
   t.equal(await metric(registry, 'widgets_insert_batch_failures_total'), 1)
-  const after = batcher.create('z')
+  const after = batcher.write('z')
   await turn()
   inserter.batches[1]?.commit()
   t.same(await after, { id: 1n, name: 'z' })
-  t.throws(() => new CreateBatcher<string, Item>(inserter, { registry: new Registry() }), /metric prefix/, 'metrics need a prefix')
+})
+
+t.test('batcher: writes of one key never share a batch; the second waits for the next, in order', async t => {
+  const inserter = heldInserter()
+  const batcher = new GroupCommit<string, Item>({ ...inserter, keyOf: name => name.split(':')[0] })
+  const written = ['x:1', 'y:1', 'x:2', 'z:1', 'x:3'].map(async name => await batcher.write(name))
+  await turn()
+  t.same(inserter.batches.map(b => b.inputs), [['x:1', 'y:1', 'z:1']], 'one write of x per batch')
+  inserter.batches[0]?.commit()
+  await turn()
+  inserter.batches[1]?.commit()
+  await turn()
+  inserter.batches[2]?.commit()
+  t.same(inserter.batches.map(b => b.inputs), [['x:1', 'y:1', 'z:1'], ['x:2'], ['x:3']])
+  t.same((await Promise.all(written)).map(r => r.name), ['x:1', 'y:1', 'x:2', 'z:1', 'x:3'])
 })
 
 t.test('feed: which notifications are changes', async t => {
@@ -91,6 +105,7 @@ t.test('feed: which notifications are changes', async t => {
   t.equal(notificationKind(PROBE_CHANNEL, `${PROBE_PREFIX}other/7`, state), 'other-probe', 'another instance\'s probe')
   t.equal(notificationKind('widgets_changed', `${PROBE_PREFIX}old/1`, state), 'other-probe', 'a probe on a change channel is no change')
   t.equal(notificationKind('widgets_changed', '12,13', state), 'change', 'inserted ids')
+  t.equal(notificationKind('widgets_changed', 'deleted:12', state), 'change', 'deleted ids')
   t.equal(notificationKind('widgets_changed', '', state), 'change', 'any other change')
   t.equal(notificationKind('gadgets_changed', '12', state), 'unsubscribed')
 })

@@ -57,6 +57,10 @@ t.test('any sequence of puts and removes gives the bytes, tag, pages and members
       list.apply(rows, [...removes, ...known])
       for (const row of rows) model.set(row.id, row.json)
       for (const gone of [...removes, ...known]) model.delete(gone)
+      // Before a body is made the changes wait, merged into no segment yet: membership already holds.
+      for (const touched of [...rows.map(row => row.id), ...removes, ...known]) {
+        if (list.has(touched) !== model.has(touched)) throw new Error(`before a read, has(${touched}) is wrong`)
+      }
       const fresh = built(model).body()
       const body = list.body()
       if (bodyText(body) !== expected(model)) throw new Error(`body ${bodyText(body)} is not ${expected(model)}`)
@@ -78,19 +82,22 @@ t.test('any sequence of puts and removes gives the bytes, tag, pages and members
   t.pass('every run matched the model')
 })
 
-t.test('a body is made once per version; a put of an equal row gives an equal tag', async t => {
+t.test('a body is made once per version; a put of the same bytes or removal of an absent id changes nothing', async t => {
   const list = new SegmentedList()
   list.apply([{ id: 1n, json: json(1n, 'a') }, { id: 5000n, json: json(5000n, 'b') }])
   const first = list.body()
   t.equal(list.body(), first, 'the same object while nothing changed')
   t.ok(list.unchanged)
-  list.apply([{ id: 1n, json: json(1n, 'a') }])
+  // The echo of an own write: the same row again, an id already gone.
+  t.same(list.apply([{ id: 1n, json: json(1n, 'a') }], [2n]), { added: 0, replaced: 0, removed: 0 })
+  t.ok(list.unchanged, 'no new version')
+  t.equal(list.body(), first)
+  t.same(list.apply([{ id: 1n, json: json(1n, 'A') }, { id: 2n, json: json(2n, 'b') }], [5000n]),
+    { added: 1, replaced: 1, removed: 1 })
   t.notOk(list.unchanged, 'a change makes a new version')
-  t.equal(list.body().etag, first.etag, 'with the same tag when the bytes are the same')
-  list.apply([], [1n])
   t.not(list.body().etag, first.etag)
-  t.equal(bodyText(list.body()), `[${json(5000n, 'b').toString()}]`)
-  list.apply([], [5000n])
+  t.equal(bodyText(list.body()), `[${json(1n, 'A').toString()},${json(2n, 'b').toString()}]`)
+  list.apply([], [1n, 2n])
   t.equal(bodyText(list.body()), '[]', 'empty when every row is removed')
   t.equal(list.page(0n, 10).body.toString(), '[]')
 })

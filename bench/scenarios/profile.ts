@@ -54,7 +54,7 @@ const RULES: Rule[] = [
     urls: ['/json-body.', '/interoperable-json.', '/ajv/', 'fastify/lib/validation.js'],
     natives: ['parse']
   },
-  { label: 'group commit (create-batcher, idempotency)', urls: ['/create-batcher.', '/idempotency.'] },
+  { label: 'group commit (group-commit, idempotency)', urls: ['/group-commit.', '/idempotency.'] },
   { label: 'database client (pg, src/db)', urls: ['/node_modules/pg', '/dist/db/'] },
   { label: 'handler and list cache', urls: ['/dist/categories/', '/dist/machinery/', '/replies.', '/resource.'] },
   { label: 'other service code (hooks)', urls: ['/dist/'] },

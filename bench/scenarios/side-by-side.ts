@@ -86,7 +86,8 @@ const TARGETS: Target[] = [
 const MEMORY_LIMIT_BYTES = 150 * 2 ** 20
 /** Rows a delete round gets at least; more when the server created faster in this phase. */
 const DELETE_ROWS = numberFromEnv('WRITES_DELETE_ROWS', 20_000)
-const DELETE_HEADROOM = 1.5
+// Deletes write no row and may run well above the create rate: a block too small would end in 404s, not deletes.
+const DELETE_HEADROOM = 4
 
 interface Measurement {
   server: ServerKind
@@ -215,7 +216,10 @@ async function loadFor (scenario: Scenario, kind: ServerKind, started: Started, 
   if (load === 'delete') {
     const createRate = find(results, kind, scenario.cheapCommits ? 'post-cheap' : 'post')?.rps ?? 0
     spec.deleteIds = { ...await deleteRange(databaseUrl, createRate, durationS + warmupS), stream: 0, streams: 1 }
+    // The block's INSERT dropped the service's cached list: deployed, it holds one, and every delete changes it.
+    await identityList(server.url)
   }
+  if (load === 'patch') await identityList(server.url)
   return spec
 }
 

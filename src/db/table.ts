@@ -15,6 +15,9 @@ export type Precondition = readonly string[] | undefined
 /** Why a conditional write wrote nothing. */
 export type Refusal = 'missing' | 'mismatch'
 
+/** A merge patch of one row (a member null: NULL), when its version is one `versions` names. */
+export interface RowUpdate { id: bigint, patch: Record<string, unknown>, versions: Precondition }
+
 /** Rows per COPY of a list written as JSON: each statement stays well within a statement timeout. */
 const COPY_ROWS = 100_000
 
@@ -33,8 +36,10 @@ export function columnsOf (schema: TObject): Record<string, string> {
     }))
 }
 
-// $2: the versions a conditional write accepts, or NULL for any.
-const MATCHES_VERSION = '($2::xid[] IS NULL OR xmin = ANY($2::xid[]))'
+// p.versions: the versions a conditional write accepts, comma-separated, or NULL for any.
+const MATCHES_VERSIONS = "(p.versions IS NULL OR t.xmin::text = ANY(string_to_array(p.versions, ',')))"
+
+const versionList = (versions: Precondition): string | null => versions === undefined ? null : versions.join(',')
 
 function versioned<T extends Row> ({ version, ...record }: Record<string, unknown>): Versioned<T> {
   return { row: toRow<T>(record), version: String(version) }
@@ -53,6 +58,8 @@ export class Table<New extends object, T extends Row> {
   private readonly selectVersioned: string
   private readonly insertOne: string
   private readonly insertMany: string
+  private readonly updateMany: string
+  private readonly deleteMany: string
 
   constructor (private readonly db: Database, readonly name: string,
     private readonly columnTypes: Record<string, string>) {
@@ -70,6 +77,18 @@ export class Table<New extends object, T extends Row> {
       FROM unnest(${arrays}) WITH ORDINALITY AS t(${list}, ord) ORDER BY ord
     ), inserted AS (INSERT INTO ${name} (id, ${list}) SELECT id, ${list} FROM input)
     SELECT id FROM input ORDER BY ord`
+    // p: one row per update or delete; a member's column is set only where its set_ flag says so.
+    const flags = this.columns.map((column, i) =>
+      `$${2 * i + 3}::boolean[], $${2 * i + 4}::${columnTypes[column] ?? 'text'}[]`).join(', ')
+    const names = this.columns.map(column => `set_${column}, new_${column}`).join(', ')
+    const sets = this.columns.map(column =>
+      `${column} = CASE WHEN p.set_${column} THEN p.new_${column} ELSE t.${column} END`)
+    this.updateMany = `UPDATE ${name} AS t SET ${sets.join(', ')}
+      FROM unnest($1::bigint[], $2::text[], ${flags}) AS p(id, versions, ${names})
+      WHERE t.id = p.id AND ${MATCHES_VERSIONS}
+      RETURNING t.xmin::text AS version, t.id, ${this.columns.map(column => `t.${column}`).join(', ')}`
+    this.deleteMany = `DELETE FROM ${name} AS t USING unnest($1::bigint[], $2::text[]) AS p(id, versions)
+      WHERE t.id = p.id AND ${MATCHES_VERSIONS} RETURNING t.id`
   }
 
   /** The input's values in column order (absent: null). */
@@ -109,37 +128,43 @@ export class Table<New extends object, T extends Row> {
   }
 
   /**
-   * Sets the members of `patch` (null: NULL) when the row's version is one `versions` names, in one statement:
-   * two updates that name the same version cannot both succeed.
+   * Sets each update's members (null: NULL) when its row's version is one its `versions` names, all in one
+   * statement: two updates that name the same version cannot both succeed. One update per row: a statement
+   * would apply only one of two. An update with no member is a read.
    */
-  async update (id: bigint, patch: Record<string, unknown>, versions: Precondition):
-  Promise<Versioned<T> | Refusal> {
-    const members = this.columns.filter(column => column in patch)
-    if (members.length === 0) return await this.unchanged(id, versions)
-    const set = members.map((column, i) => `${column} = $${i + 3}`).join(', ')
-    const { rows } = await this.db.query(`UPDATE ${this.name} SET ${set} WHERE id = $1 AND ${MATCHES_VERSION} ` +
-      `RETURNING xmin::text AS version, id, ${this.columns.join(', ')}`,
-    [id.toString(), versions, ...members.map(column => patch[column])])
-    return rows[0] === undefined ? await this.refusal(id) : versioned<T>(rows[0])
+  async updateBatch (updates: ReadonlyArray<RowUpdate>): Promise<Array<Versioned<T> | Refusal>> {
+    const values: unknown[][] = [
+      updates.map(update => update.id.toString()),
+      updates.map(update => versionList(update.versions))
+    ]
+    for (const column of this.columns) {
+      values.push(updates.map(update => column in update.patch))
+      values.push(updates.map(update => update.patch[column] ?? null))
+    }
+    const { rows } = await this.db.query(this.updateMany, values)
+    const written = new Map(rows.map(row => [String(row.id), versioned<T>(row)]))
+    const refused = updates.filter(update => !written.has(update.id.toString())).map(update => update.id)
+    const refusals = await this.refusals(refused)
+    return updates.map(update => written.get(update.id.toString()) ?? refusals.get(update.id) ?? 'missing')
   }
 
-  /** Deletes the row when its version is one `versions` names, in one statement. */
-  async delete (id: bigint, versions: Precondition): Promise<'deleted' | Refusal> {
-    const { rowCount } = await this.db.query(`DELETE FROM ${this.name} WHERE id = $1 AND ${MATCHES_VERSION}`,
-      [id.toString(), versions])
-    return rowCount === 1 ? 'deleted' : await this.refusal(id)
+  /** Deletes each row when its version is one its `versions` names, all in one statement. */
+  async deleteBatch (deletes: ReadonlyArray<{ id: bigint, versions: Precondition }>):
+  Promise<Array<'deleted' | Refusal>> {
+    const { rows } = await this.db.query<{ id: bigint }>(this.deleteMany,
+      [deletes.map(d => d.id.toString()), deletes.map(d => versionList(d.versions))])
+    const deleted = new Set(rows.map(row => row.id))
+    const refusals = await this.refusals(deletes.filter(d => !deleted.has(d.id)).map(d => d.id))
+    return deletes.map(d => deleted.has(d.id) ? 'deleted' : refusals.get(d.id) ?? 'missing')
   }
 
-  private async unchanged (id: bigint, versions: Precondition): Promise<Versioned<T> | Refusal> {
-    const found = await this.get(id)
-    if (found === undefined) return 'missing'
-    return versions === undefined || versions.includes(found.version) ? found : 'mismatch'
-  }
-
-  /** Why a conditional write of `id` touched no row. */
-  private async refusal (id: bigint): Promise<Refusal> {
-    const { rowCount } = await this.db.query(`SELECT 1 FROM ${this.name} WHERE id = $1`, [id.toString()])
-    return rowCount === 0 ? 'missing' : 'mismatch'
+  /** A write that found no row to change: its row is missing, or has another version. */
+  private async refusals (ids: readonly bigint[]): Promise<Map<bigint, Refusal>> {
+    if (ids.length === 0) return new Map()
+    const { rows } = await this.db.query<{ id: bigint }>(`SELECT id FROM ${this.name} WHERE id = ANY($1::bigint[])`,
+      [ids.map(String)])
+    const present = new Set(rows.map(row => row.id))
+    return new Map(ids.map(id => [id, present.has(id) ? 'mismatch' : 'missing']))
   }
 
   private async rows (where: string, values: unknown[]): Promise<T[]> {

@@ -1,9 +1,9 @@
 import type { Registry } from 'prom-client'
 import type { Database } from '../db/database.js'
 import { ConstraintViolationError } from '../db/errors.js'
-import { Table, type Precondition, type Refusal, type Row, type Versioned } from '../db/table.js'
+import { Table, type Precondition, type Refusal, type Row, type RowUpdate, type Versioned } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
-import { CreateBatcher } from './create-batcher.js'
+import { GroupCommit } from './group-commit.js'
 import { IdempotencyRefusal, type IdempotencyStore, type Outcome, type StoredResponse } from './idempotency.js'
 import { ListCache, type RowSerializer } from './list-cache.js'
 import { listCompressor, type ListEncoding } from './list-compression.js'
@@ -28,7 +28,9 @@ export class Collection<New extends object, T extends Row> {
   readonly table: Table<New, T>
   private readonly cache: ListCache<T>
   readonly compressed: (list: ListBody, encoding: ListEncoding) => Promise<ListBody>
-  private readonly batcher: CreateBatcher<New, T>
+  private readonly creates: GroupCommit<New, T>
+  private readonly updates: GroupCommit<RowUpdate, Versioned<T> | Refusal>
+  private readonly deletes: GroupCommit<{ id: bigint, versions: Precondition }, 'deleted' | Refusal>
 
   constructor (
     private readonly services: { db: Database, feed: ChangeFeed, idempotency: IdempotencyStore, registry: Registry },
@@ -38,12 +40,27 @@ export class Collection<New extends object, T extends Row> {
     this.table = new Table<New, T>(services.db, name, columns)
     this.cache = new ListCache(this.table, feed, options.serialize, registry)
     this.compressed = listCompressor(name, registry)
-    this.batcher = new CreateBatcher(this.table, { registry, metricPrefix: name, observer: this.cache })
+    const { table, cache } = this
+    this.creates = new GroupCommit({
+      write: async inputs => await table.insertBatch(inputs),
+      metrics: { registry, name: `${name}_insert` },
+      observer: { committed: rows => { cache.created(rows) }, failed: () => { cache.invalidate() } }
+    })
+    this.updates = new GroupCommit({
+      write: async updates => await table.updateBatch(updates),
+      keyOf: update => update.id,
+      metrics: { registry, name: `${name}_update` }
+    })
+    this.deletes = new GroupCommit({
+      write: async deletes => await table.deleteBatch(deletes),
+      keyOf: d => d.id,
+      metrics: { registry, name: `${name}_delete` }
+    })
   }
 
   /** Committed (group commit), and already in this instance's list. */
   async create (input: New): Promise<T> {
-    return await this.cache.writing(this.batcher.create(input))
+    return await this.cache.writing(this.creates.write(input))
   }
 
   /** With an Idempotency-Key: the remembered answer (or a refusal thrown), or the row and its answer, committed. */
@@ -85,14 +102,23 @@ export class Collection<New extends object, T extends Row> {
     return await this.table.get(id)
   }
 
-  /** A merge patch (null: the member removed), when the row's version is one `versions` names. */
-  async update (id: bigint, patch: Record<string, unknown>, versions: Precondition): Promise<Versioned<T> | Refusal> {
-    return await this.cache.updating(id, this.table.update(id, patch, versions),
-      outcome => typeof outcome === 'string' ? undefined : outcome.row)
+  /** An empty merge patch: the row as it is, when its version is one `versions` names. */
+  private async unchanged (id: bigint, versions: Precondition): Promise<Versioned<T> | Refusal> {
+    const found = await this.table.get(id)
+    if (found === undefined) return 'missing'
+    return versions === undefined || versions.includes(found.version) ? found : 'mismatch'
   }
 
+  /** A merge patch (null: the member removed), when the row's version is one `versions` names (group commit). */
+  async update (id: bigint, patch: Record<string, unknown>, versions: Precondition): Promise<Versioned<T> | Refusal> {
+    if (!this.table.columns.some(column => column in patch)) return await this.unchanged(id, versions)
+    return await this.cache.updating(id, this.updates.write({ id, patch, versions }),
+      outcome => typeof outcome === 'string' ? undefined : outcome)
+  }
+
+  /** Deletes the row when its version is one `versions` names (group commit). */
   async delete (id: bigint, versions: Precondition): Promise<'deleted' | Refusal> {
-    const outcome = await this.table.delete(id, versions)
+    const outcome = await this.deletes.write({ id, versions })
     if (outcome === 'deleted') this.cache.deleted([id])
     return outcome
   }

@@ -1,5 +1,5 @@
 import { Counter, type Registry } from 'prom-client'
-import type { Row, Table } from '../db/table.js'
+import type { Row, Table, Versioned } from '../db/table.js'
 import type { ChangeFeed } from './change-feed.js'
 import { SEGMENT_IDS, SegmentedList, type ListBody, type Page, type RowJson } from './segmented-list.js'
 
@@ -9,10 +9,13 @@ export type ListSource<T extends Row> = Pick<Table<object, T>, 'name' | 'listJso
 /** One row as the list's JSON writes it (fast-json-stringify of the item schema). */
 export type RowSerializer<T> = (row: T) => string
 
-/** What the triggers announce (migrations): inserted ids alone, updated and deleted ones after their kind. */
-const ANNOUNCEMENT = /^(?:(updated|deleted):)?([0-9]{1,19}(?:,[0-9]{1,19})*)$/
+/**
+ * What the triggers announce (migrations): inserted ids alone; `updated:`, the transaction id (the xmin of the rows
+ * it wrote) and the ids; `deleted:` and the ids.
+ */
+const ANNOUNCEMENT = /^(?:updated:([0-9]{1,10}):|(deleted):)?([0-9]{1,19}(?:,[0-9]{1,19})*)$/
 
-type Kind = 'inserted' | 'updated' | 'deleted'
+interface Announced { kind: 'inserted' | 'updated' | 'deleted', ids: bigint[], version?: string }
 type Source = 'cache' | 'refresh'
 
 /** An own update under way: whether another change of its row was announced since it began. */
@@ -35,9 +38,11 @@ export class ListCache<T extends Row> {
   /** This instance's creates under way: a notification can arrive before the create's own answer does. */
   private readonly creates = new Set<Promise<unknown>>()
   private readonly watches = new Map<bigint, Set<Watch>>()
+  /** Versions of rows this instance updated and listed, until the update's own notification (its echo) comes. */
+  private readonly ownVersions = new Map<bigint, string>()
   private readonly reads = { cache: 0, changed: 0, refresh: 0, database: 0 }
   private readonly rowsChanged = { added: 0, replaced: 0, removed: 0 }
-  /** Notifications whose rows the list already had (the echoes of this instance's own creates). */
+  /** Notifications whose rows the list already had (the echoes of this instance's own creates and updates). */
   private readonly echoes: Counter
 
   constructor (private readonly source: ListSource<T>, private readonly feed: ChangeFeed,
@@ -49,7 +54,8 @@ export class ListCache<T extends Row> {
     const registers = registry === undefined ? [] : [registry]
     this.echoes = new Counter({
       name: `${source.name}_list_own_echoes_total`,
-      help: 'Notifications that announced only rows the cached list already had (this instance\'s own creates)',
+      help: 'Notifications that announced only rows the cached list already had: this instance\'s own creates ' +
+        'and updates, not read again',
       registers
     })
     for (const registry of registers) this.registerMetrics(registry)
@@ -58,6 +64,7 @@ export class ListCache<T extends Row> {
   invalidate (): void {
     this.generation++
     this.list = undefined
+    this.ownVersions.clear()
   }
 
   /** The whole list, as sent. */
@@ -107,7 +114,7 @@ export class ListCache<T extends Row> {
    * Runs an own update of row `id`: once it has committed, the next read here lists its row, or a newer version
    * read again when another change of the row was announced meanwhile (only the database knows which is newer).
    */
-  async updating<R> (id: bigint, write: Promise<R>, updated: (result: R) => T | undefined): Promise<R> {
+  async updating<R> (id: bigint, write: Promise<R>, updated: (result: R) => Versioned<T> | undefined): Promise<R> {
     const watch: Watch = { touched: false }
     const watches = this.watches.get(id) ?? new Set()
     watches.add(watch)
@@ -120,9 +127,9 @@ export class ListCache<T extends Row> {
       unwatch()
       throw err
     })
-    const row = updated(result)
-    if (row === undefined) unwatch()
-    else this.announce(async generation => { await this.applyUpdate(row, watch, generation) }, unwatch)
+    const written = updated(result)
+    if (written === undefined) unwatch()
+    else this.announce(async generation => { await this.applyUpdate(written, watch, generation) }, unwatch)
     return result
   }
 
@@ -132,26 +139,35 @@ export class ListCache<T extends Row> {
   }
 
   private notified (payload: string): void {
-    const announced = ANNOUNCEMENT.exec(payload)
-    if (announced === null) {
+    const announced = parseAnnouncement(payload)
+    if (announced === undefined) {
       this.invalidate() // '' (a TRUNCATE) or '*' (more ids than a notification holds)
       return
     }
-    const kind = (announced[1] ?? 'inserted') as Kind
-    const ids = (announced[2] as string).split(',').map(BigInt)
-    if (kind !== 'inserted') {
-      for (const id of ids) for (const watch of this.watches.get(id) ?? []) watch.touched = true
+    if (announced.kind !== 'inserted') {
+      for (const id of announced.ids) for (const watch of this.watches.get(id) ?? []) watch.touched = true
     }
-    this.announce(async generation => { await this.follow(kind, ids, generation) })
+    this.announce(async generation => { await this.follow(announced, generation) })
   }
 
-  /** Brings the announced rows up to date: deleted ones removed, the others read again (gone: removed). */
-  private async follow (kind: Kind, ids: bigint[], generation: number): Promise<void> {
+  /**
+   * Brings the announced rows up to date: deleted ones removed, the others read again (gone: removed), but for
+   * the echoes of this instance's own creates and updates, which the list has already.
+   */
+  private async follow ({ kind, ids, version }: Announced, generation: number): Promise<void> {
     if (kind === 'deleted') {
       this.change([], ids)
       return
     }
     let wanted = ids
+    if (kind === 'updated') {
+      wanted = ids.filter(id => this.ownVersions.get(id) !== version)
+      for (const id of ids) if (this.ownVersions.get(id) === version) this.ownVersions.delete(id)
+      if (wanted.length === 0) {
+        this.echoes.inc()
+        return
+      }
+    }
     if (kind === 'inserted') {
       // The rows of this instance's own creates are in the list already, or will be once those creates answer.
       if (this.creates.size > 0 && !ids.every(id => this.has(id))) await Promise.allSettled([...this.creates])
@@ -165,12 +181,17 @@ export class ListCache<T extends Row> {
     await this.reread(wanted, generation)
   }
 
-  private async applyUpdate (row: T, watch: Watch, generation: number): Promise<void> {
-    if (watch.touched) await this.reread([row.id], generation)
-    else this.change([row], [])
+  private async applyUpdate ({ row, version }: Versioned<T>, watch: Watch, generation: number): Promise<void> {
+    if (watch.touched) {
+      await this.reread([row.id], generation)
+      return
+    }
+    this.change([row], [])
+    this.ownVersions.set(row.id, version)
   }
 
   private async reread (ids: bigint[], generation: number): Promise<void> {
+    if (ids.length === 0) return
     const rows = await this.source.getMany(ids)
     if (generation !== this.generation) return
     const found = new Set(rows.map(row => row.id))
@@ -187,10 +208,10 @@ export class ListCache<T extends Row> {
   }
 
   private change (rows: readonly T[], removed: readonly bigint[]): void {
-    const list = this.list as SegmentedList
-    for (const row of rows) this.rowsChanged[list.has(row.id) ? 'replaced' : 'added']++
-    for (const id of removed) if (list.has(id)) this.rowsChanged.removed++
-    list.apply(rows.map(row => this.json(row)), removed)
+    const changed = (this.list as SegmentedList).apply(rows.map(row => this.json(row)), removed)
+    this.rowsChanged.added += changed.added
+    this.rowsChanged.replaced += changed.replaced
+    this.rowsChanged.removed += changed.removed
   }
 
   private json (row: T): RowJson {
@@ -261,6 +282,15 @@ export class ListCache<T extends Row> {
     countsOf(registry, `${prefix}_list_rows_changed_total`, 'Rows the cached list added, replaced or removed as ' +
       'creates, updates and deletes were announced', 'change', this.rowsChanged)
   }
+}
+
+function parseAnnouncement (payload: string): Announced | undefined {
+  const match = ANNOUNCEMENT.exec(payload)
+  if (match === null) return undefined
+  const [, version, deleted, list] = match
+  const ids = (list as string).split(',').map(BigInt)
+  if (version !== undefined) return { kind: 'updated', ids, version }
+  return { kind: deleted === undefined ? 'inserted' : 'deleted', ids }
 }
 
 /** A counter of plain counts by one label, read at scrape time: nothing on the requests' path. */

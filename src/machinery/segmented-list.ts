@@ -17,6 +17,9 @@ export interface ListBody { body: Buffer | readonly Buffer[], length: number, et
 /** One row's JSON object, as the list's serializer writes it. */
 export interface RowJson { id: bigint, json: Buffer }
 
+/** What a change did. */
+export interface Changed { added: number, replaced: number, removed: number }
+
 /** Up to `limit` rows after an id: the JSON array, the last id in it, and whether rows follow it. */
 export interface Page { body: Buffer, lastId: bigint | undefined, more: boolean }
 
@@ -47,24 +50,27 @@ export function listBody (parts: Buffer[], etag: string): ListBody {
   return { body: length <= FLAT_BYTES ? Buffer.concat(parts, length) : parts, length, etag }
 }
 
-/** A segment made of runs of whole rows, joined by commas. */
+/** A segment made of runs of whole rows, joined by commas, into arrays sized for the rows it may hold. */
 class SegmentWriter {
   private readonly parts: Buffer[] = []
-  private readonly ids: bigint[] = []
-  private readonly ends: number[] = []
+  private readonly ids: BigInt64Array
+  private readonly ends: Uint32Array
+  private count = 0
   private length = 0
 
-  constructor (private readonly key: bigint) {}
+  constructor (private readonly key: bigint, capacity: number) {
+    this.ids = new BigInt64Array(capacity)
+    this.ends = new Uint32Array(capacity)
+  }
 
   /** Rows [from, to) of a segment, copied as one run. */
   rows (segment: Segment, from: number, to: number): void {
     if (from >= to) return
     const start = startOf(segment, from)
     this.separate()
-    for (let row = from; row < to; row++) {
-      this.ids.push(segment.ids[row] as bigint)
-      this.ends.push(this.length + (segment.ends[row] as number) - start)
-    }
+    this.ids.set(segment.ids.subarray(from, to), this.count)
+    const shift = this.length - start
+    for (let row = from; row < to; row++) this.ends[this.count++] = (segment.ends[row] as number) + shift
     const run = segment.bytes.subarray(start, segment.ends[to - 1])
     this.parts.push(run)
     this.length += run.length
@@ -74,16 +80,16 @@ class SegmentWriter {
     this.separate()
     this.parts.push(json)
     this.length += json.length
-    this.ids.push(id)
-    this.ends.push(this.length)
+    this.ids[this.count] = id
+    this.ends[this.count++] = this.length
   }
 
   segment (): Segment | undefined {
-    if (this.ids.length === 0) return undefined
+    if (this.count === 0) return undefined
     return {
       key: this.key,
-      ids: BigInt64Array.from(this.ids),
-      ends: Uint32Array.from(this.ends),
+      ids: this.ids.subarray(0, this.count),
+      ends: this.ends.subarray(0, this.count),
       bytes: Buffer.concat(this.parts, this.length)
     }
   }
@@ -97,13 +103,16 @@ class SegmentWriter {
 
 /**
  * The rows of a list in id order, as the JSON the list sends, in segments by id range: a change copies and hashes
- * only the segments it touches. Synchronous and pure: the coordination around it is list-cache.ts.
+ * only the segments it touches, once per read however many changes came before it (a change waits as pending until
+ * a body or page is made). Synchronous and pure: the coordination around it is list-cache.ts.
  *
  * The strong ETag is the SHA-1 of the segments' SHA-1s: the segments are a function of the rows' ids, so equal
  * bytes give equal tags on every instance, and a change rehashes one segment, not the whole list.
  */
 export class SegmentedList {
   private segments: Segment[] = []
+  /** Changes not merged into their segments yet, by segment key: a row's JSON, or undefined when it is removed. */
+  private readonly pending = new Map<bigint, Map<bigint, Buffer | undefined>>()
   private made: ListBody | undefined
 
   /** A segment read in key order, after every segment before it (a build); its digest is made now, bit by bit. */
@@ -118,33 +127,38 @@ export class SegmentedList {
   }
 
   has (id: bigint): boolean {
-    const segment = this.segments[this.segmentIndex(keyOf(id))]
-    return segment?.key === keyOf(id) && segment.ids[lowerBound(segment.ids, item => item < id)] === id
+    return this.rowBytes(id) !== undefined
   }
 
-  /** Puts rows (replacing a row of the same id) and removes ids (absent ones are no change); a removal wins. */
-  apply (puts: readonly RowJson[], removes: readonly bigint[] = []): void {
-    const removed = new Set(removes)
-    const changes = [...puts.filter(row => !removed.has(row.id)), ...[...removed].map(id => ({ id, json: undefined }))]
-      .sort((a, b) => a.id < b.id ? -1 : 1)
+  /**
+   * Puts rows (replacing a row of the same id) and removes ids; a removal wins. What changes nothing (an absent id,
+   * the same bytes again) is skipped: answers the rows added, replaced and removed.
+   */
+  apply (puts: readonly RowJson[], removes: readonly bigint[] = []): Changed {
+    const removing = new Set(removes)
+    const removed = new Set(removes.filter(id => this.has(id)))
+    const changes = [
+      ...puts.filter(row => !removing.has(row.id) && this.rowBytes(row.id)?.equals(row.json) !== true),
+      ...[...removed].map(id => ({ id, json: undefined }))
+    ].sort((a, b) => a.id < b.id ? -1 : 1)
       .filter((change, i, sorted) => sorted[i + 1]?.id !== change.id)
-    const segments = [...this.segments]
-    for (let from = 0, to = 0; from < changes.length; from = to) {
-      const key = keyOf((changes[from] as RowJson).id)
-      to = lowerBound(changes, change => keyOf(change.id) === key, from)
-      const at = this.segmentIndexIn(segments, key)
-      const old = segments[at]?.key === key ? segments[at] : undefined
-      const changed = merged(key, old, changes.slice(from, to))
-      const replacement = changed === undefined ? [] : [changed]
-      segments.splice(at, old === undefined ? 0 : 1, ...replacement)
+    const replaced = changes.filter(change => change.json !== undefined && this.has(change.id)).length
+    const changed = { added: changes.length - removed.size - replaced, replaced, removed: removed.size }
+    if (changes.length === 0) return changed
+    for (const { id, json } of changes) {
+      const key = keyOf(id)
+      const waiting = this.pending.get(key) ?? new Map<bigint, Buffer | undefined>()
+      waiting.set(id, json)
+      this.pending.set(key, waiting)
     }
-    this.segments = segments
     this.made = undefined
+    return changed
   }
 
   /** The whole list as sent, made once per version. */
   body (): ListBody {
     if (this.made !== undefined) return this.made
+    this.settle()
     const tag = createHash('sha1')
     const parts: Buffer[] = [OPEN]
     for (const segment of this.segments) {
@@ -160,6 +174,7 @@ export class SegmentedList {
 
   /** Up to `limit` rows with ids above `after`: a run of bytes from each segment it spans. */
   page (after: bigint, limit: number): Page {
+    this.settle()
     const parts: Buffer[] = [OPEN]
     let at = lowerBound(this.segments, segment => lastId(segment) <= after)
     let row = at < this.segments.length ? lowerBound((this.segments[at] as Segment).ids, id => id <= after) : 0
@@ -182,8 +197,29 @@ export class SegmentedList {
     return { body: Buffer.concat(parts), lastId: last, more: at < this.segments.length }
   }
 
-  private segmentIndex (key: bigint): number {
-    return this.segmentIndexIn(this.segments, key)
+  /** Merges the pending changes into their segments, each touched segment once. */
+  private settle (): void {
+    const keys = [...this.pending.keys()].sort((a, b) => a < b ? -1 : 1)
+    for (const key of keys) {
+      const changes = [...this.pending.get(key) ?? []].map(([id, json]) => ({ id, json }))
+        .sort((a, b) => a.id < b.id ? -1 : 1)
+      const at = this.segmentIndexIn(this.segments, key)
+      const old = this.segments[at]?.key === key ? this.segments[at] : undefined
+      const changed = merged(key, old, changes)
+      const replacement = changed === undefined ? [] : [changed]
+      this.segments.splice(at, old === undefined ? 0 : 1, ...replacement)
+    }
+    this.pending.clear()
+  }
+
+  /** The JSON of the row with this id, or undefined when the list has none. */
+  private rowBytes (id: bigint): Buffer | undefined {
+    const waiting = this.pending.get(keyOf(id))
+    if (waiting?.has(id) === true) return waiting.get(id)
+    const segment = this.segments[this.segmentIndexIn(this.segments, keyOf(id))]
+    if (segment?.key !== keyOf(id)) return undefined
+    const row = lowerBound(segment.ids, item => item < id)
+    return segment.ids[row] === id ? segment.bytes.subarray(startOf(segment, row), segment.ends[row]) : undefined
   }
 
   private segmentIndexIn (segments: readonly Segment[], key: bigint): number {
@@ -194,7 +230,7 @@ export class SegmentedList {
 /** A segment with changes (sorted by id, all of its key; json undefined: removed) applied; undefined when empty. */
 function merged (key: bigint, old: Segment | undefined,
   changes: ReadonlyArray<{ id: bigint, json: Buffer | undefined }>): Segment | undefined {
-  const writer = new SegmentWriter(key)
+  const writer = new SegmentWriter(key, (old?.ids.length ?? 0) + changes.length)
   let row = 0
   for (const change of changes) {
     if (old !== undefined) {
