@@ -14,7 +14,7 @@ import { TcpProxy } from './helpers/tcp-proxy.js'
  */
 
 const db = await testDatabase(t)
-const REASONS = ['shutting_down', 'database_unavailable', 'database_read_only', 'migrations_not_applied']
+const REASONS = ['shutting_down', 'database_unavailable', 'database_read_only', 'migrations_not_applied', 'lists_not_built']
 
 async function sql (url: string, text: string, values: unknown[] = []): Promise<Array<Record<string, unknown>>> {
   return await withClient(url, async client => (await client.query(text, values)).rows)

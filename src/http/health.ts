@@ -9,10 +9,12 @@ import { errorResponses, serviceUnavailable } from './errors.js'
 const Status = Type.Object({ status: Type.Literal('ok') })
 
 /** Why an instance is not ready, in the order they are checked (health_not_ready's reason label). */
-const REASONS = ['shutting_down', 'database_unavailable', 'database_read_only', 'migrations_not_applied'] as const
+const REASONS = ['shutting_down', 'database_unavailable', 'database_read_only', 'migrations_not_applied',
+  'lists_not_built'] as const
 interface NotReady { reason: typeof REASONS[number], error: unknown }
 
-// Ready: not draining (the balancer then sends elsewhere), the database takes writes and has every migration applied.
+// Ready: not draining (the balancer then sends elsewhere), the database takes writes and has every migration applied,
+// and every list was built once.
 async function health (app: FastifyInstance): Promise<void> {
   const migrations = await migrationNames()
 
@@ -39,6 +41,8 @@ async function health (app: FastifyInstance): Promise<void> {
     if (row.applied !== migrations.length) {
       return { reason: 'migrations_not_applied', error: serviceUnavailable('database migrations are not applied') }
     }
+    // A warm start: a balancer sends nothing here before the lists are in memory.
+    if (!app.listsWarm()) return { reason: 'lists_not_built', error: serviceUnavailable('the lists are being built') }
     return undefined
   }
 

@@ -48,6 +48,8 @@ export interface Subscriber {
   notified: (payload: string) => void
   /** The feed starts or stops hearing: what it heard, or missed, is not known. */
   invalidate: () => void
+  /** The feed hears (again), after `invalidate`: what was dropped may be built again. */
+  hearing?: () => void
 }
 
 const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/
@@ -59,6 +61,8 @@ const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/
  */
 export class ChangeFeed {
   listening = false
+  /** Once the first connection has heard its probe, or failed: until then nobody knows whether the feed hears. */
+  settled = false
   readonly connectionName: string
   private readonly drops: Counter
   private readonly probesMissed: Counter
@@ -70,7 +74,7 @@ export class ChangeFeed {
   private reportedDeaf = false
   private deafConnections = 0
   private client: pg.Client | undefined
-  private dropCurrent: ((err?: unknown, reason?: string) => void) | undefined
+  private readonly dropped = new WeakSet<pg.Client>()
   private closed = false
   private attempt = 0
   private retryTimer: NodeJS.Timeout | undefined
@@ -133,12 +137,14 @@ export class ChangeFeed {
     this.connect().catch((err: unknown) => { this.options.log.warn({ err }, 'change feed failed to start') })
   }
 
-  private changedEverywhere (): void { for (const subscriber of this.subscribers.values()) subscriber.invalidate() }
+  private changedEverywhere (): void {
+    for (const subscriber of this.subscribers.values()) subscriber.invalidate()
+  }
 
   /** Reconnects when the listening connection is one `stale` names (the database address moved). */
   reconnectIf (stale: (client: pg.Client) => boolean): void {
     if (this.client === undefined || !stale(this.client)) return
-    this.dropCurrent?.(new Error('the database address leads to another server'),
+    this.drop(this.client, new Error('the database address leads to another server'),
       'change feed reconnects to where the database address leads now')
   }
 
@@ -152,42 +158,15 @@ export class ChangeFeed {
 
   private async connect (): Promise<void> {
     if (this.closed) return
-    const { connectionString, log, minBackoffMs, maxBackoffMs } = this.options
     const client = new pg.Client({
-      connectionString,
+      connectionString: this.options.connectionString,
       application_name: LISTENER_APPLICATION_NAME,
       connectionTimeoutMillis: CONNECTION_TIMEOUT_MS,
       query_timeout: CONNECTION_TIMEOUT_MS,
       keepAlive: true
     })
     this.client = client
-    let dropped = false
-    const drop = (err?: unknown, reason = 'change feed disconnected; serving lists from the database'): void => {
-      if (dropped) return
-      dropped = true
-      const wasListening = this.listening
-      this.listening = false
-      clearTimeout(this.probeTimer)
-      if (this.client === client) this.client = undefined
-      client.end().catch(() => {})
-      if (this.closed) return
-      this.drops.inc()
-      this.changedEverywhere()
-      const paused = this.deafConnections >= DEAF_CONNECTIONS_BEFORE_PAUSE
-      const delay = paused
-        ? this.options.deafRetryMs
-        : Math.min(maxBackoffMs, minBackoffMs * 2 ** this.attempt) * (0.75 + Math.random() * 0.5)
-      this.attempt++
-      const connection = this.connectionName
-      if (err !== undefined) log.warn({ err, retryInMs: Math.round(delay), wasListening, connection }, reason)
-      if (paused && this.deafConnections === DEAF_CONNECTIONS_BEFORE_PAUSE) {
-        log.warn({ retryInMs: delay, connection }, `change feed heard nothing on ${DEAF_CONNECTIONS_BEFORE_PAUSE} ` +
-          'connections in a row; it tries again less often (each LISTEN through a transaction pooler stays behind on ' +
-          'one of its server connections)')
-      }
-      this.retryTimer = setTimeout(() => { this.start() }, delay).unref()
-    }
-    this.dropCurrent = drop
+    const drop = (err?: unknown, reason?: string): void => { this.drop(client, err, reason) }
     client.on('error', drop)
     client.on('end', () => { drop(new Error('listening connection ended')) })
     client.on('notification', ({ channel, payload = '' }) => {
@@ -206,18 +185,50 @@ export class ChangeFeed {
       return
     }
     if (this.closed) await client.end().catch(() => {})
-    else if (!dropped) await this.prove(client, drop, true)
+    else if (!this.dropped.has(client)) await this.prove(client, true)
+  }
+
+  /** Ends a listening connection once (lost, deaf or moved): lists are read from the database, and it tries again. */
+  private drop (client: pg.Client, err?: unknown, reason = 'change feed disconnected; serving lists from the database'):
+  void {
+    if (this.dropped.has(client)) return
+    this.dropped.add(client)
+    const wasListening = this.listening
+    this.listening = false
+    this.settled = true
+    clearTimeout(this.probeTimer)
+    if (this.client === client) this.client = undefined
+    client.end().catch(() => {})
+    if (this.closed) return
+    this.drops.inc()
+    this.changedEverywhere()
+    const { log, minBackoffMs, maxBackoffMs, deafRetryMs } = this.options
+    const paused = this.deafConnections >= DEAF_CONNECTIONS_BEFORE_PAUSE
+    const jitter = 0.75 + Math.random() * 0.5
+    const delay = paused ? deafRetryMs : Math.min(maxBackoffMs, minBackoffMs * 2 ** this.attempt) * jitter
+    this.attempt++
+    const connection = this.connectionName
+    if (err !== undefined) log.warn({ err, retryInMs: Math.round(delay), wasListening, connection }, reason)
+    if (paused && this.deafConnections === DEAF_CONNECTIONS_BEFORE_PAUSE) {
+      log.warn({ retryInMs: delay, connection }, `change feed heard nothing on ${DEAF_CONNECTIONS_BEFORE_PAUSE} ` +
+        'connections in a row; it tries again less often (each LISTEN through a transaction pooler stays behind on ' +
+        'one of its server connections)')
+    }
+    this.retryTimer = setTimeout(() => { this.start() }, delay).unref()
   }
 
   /** A probe and its echo; the echo's time limit starts once it is sent (a busy pool's wait is not deafness). */
-  private async prove (client: pg.Client, drop: (err?: unknown, reason?: string) => void, first = false):
-  Promise<void> {
+  private async prove (client: pg.Client, first = false): Promise<void> {
     const { notify, probeSendTimeoutMs, probeTimeoutMs } = this.options
     const payload = PROBE_PREFIX + randomBytes(8).toString('hex')
     const sent = performance.now()
     let heard = false
     const echo = new Promise<void>(resolve => {
-      this.awaitedProbe = { payload, heard: () => { heard = true; resolve() } }
+      const heardIt = (): void => {
+        heard = true
+        resolve()
+      }
+      this.awaitedProbe = { payload, heard: heardIt }
     })
     const sending = await sendWithin(notify(PROBE_CHANNEL, payload), probeSendTimeoutMs)
     if (sending.sent) await Promise.race([echo, delay(probeTimeoutMs, undefined, { ref: false })])
@@ -234,15 +245,17 @@ export class ChangeFeed {
             `${probeTimeoutMs} ms; serving lists from the database${hint}`]
         : [sending.err, 'change feed could not send its probe notification; serving lists from the database']
       // One warning when the feed stops hearing, not one per attempt while it stays deaf.
-      drop(this.reportedDeaf ? undefined : err, reason)
+      this.drop(client, this.reportedDeaf ? undefined : err, reason)
       this.reportedDeaf = true
       return
     }
     this.lastEchoMs = performance.now() - sent
     if (!this.listening) {
       this.listening = true
+      this.settled = true
       // Changes committed before we heard were never announced to us.
       this.changedEverywhere()
+      for (const subscriber of this.subscribers.values()) subscriber.hearing?.()
       const again = this.attempt > 0 || this.reportedDeaf
       const fields = { echoMs: Math.round(this.lastEchoMs), connection: this.connectionName }
       this.options.log.info(again ? { ...fields, attempts: this.attempt } : fields,
@@ -251,7 +264,8 @@ export class ChangeFeed {
     this.attempt = 0
     this.reportedDeaf = false
     this.deafConnections = 0
-    this.probeTimer = setTimeout(() => { this.prove(client, drop).catch(drop) }, this.options.probeIntervalMs).unref()
+    const proveAgain = (): void => { this.prove(client).catch((err: unknown) => { this.drop(client, err) }) }
+    this.probeTimer = setTimeout(proveAgain, this.options.probeIntervalMs).unref()
   }
 }
 

@@ -98,6 +98,11 @@ export class Collection<New extends object, T extends Row> {
     await this.cache.warm()
   }
 
+  /** Whether a read would be answered without a build of the whole list first. */
+  get warmed (): boolean {
+    return this.cache.warmed
+  }
+
   async get (id: bigint): Promise<Versioned<T> | undefined> {
     return await this.table.get(id)
   }

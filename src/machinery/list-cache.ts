@@ -18,8 +18,10 @@ const ANNOUNCEMENT = /^(?:updated:([0-9]{1,10}):|(deleted):)?([0-9]{1,19}(?:,[0-
 interface Announced { kind: 'inserted' | 'updated' | 'deleted', ids: bigint[], version?: string }
 type Source = 'cache' | 'refresh'
 
-/** An own update under way: whether another change of its row was announced since it began. */
-interface Watch { touched: boolean }
+/** An own update under way: the versions of its row announced since it began (a deletion as ''). */
+interface Watch { announced: Set<string> }
+
+const DELETION = ''
 
 /**
  * A resource's list (segmented-list.ts), kept while the change feed hears, else read from the database. Every change
@@ -49,7 +51,9 @@ export class ListCache<T extends Row> {
     private readonly serialize: RowSerializer<T>, registry?: Registry) {
     feed.subscribe(`${source.name}_changed`, {
       notified: payload => { this.notified(payload) },
-      invalidate: () => { this.invalidate() }
+      invalidate: () => { this.invalidate() },
+      // Built before a read asks: a read after the feed (re)connects is as fast as any. A failure waits for a read.
+      hearing: () => { this.warm().catch(() => {}) }
     })
     const registers = registry === undefined ? [] : [registry]
     this.echoes = new Counter({
@@ -97,6 +101,12 @@ export class ListCache<T extends Row> {
     if (this.feed.listening && this.list === undefined) await this.build()
   }
 
+  /** Whether a read would be answered without building the list first: it is built, or the feed cannot vouch. */
+  get warmed (): boolean {
+    if (!this.feed.settled) return false
+    return !this.feed.listening || this.list !== undefined
+  }
+
   /** Runs an own create: rows announced meanwhile are looked for among its rows before being read again. */
   async writing<R> (write: Promise<R>): Promise<R> {
     this.creates.add(write)
@@ -115,27 +125,48 @@ export class ListCache<T extends Row> {
    * read again when another change of the row was announced meanwhile (only the database knows which is newer).
    */
   async updating<R> (id: bigint, write: Promise<R>, updated: (result: R) => Versioned<T> | undefined): Promise<R> {
-    const watch: Watch = { touched: false }
+    const watch: Watch = { announced: new Set() }
     const watches = this.watches.get(id) ?? new Set()
     watches.add(watch)
     this.watches.set(id, watches)
-    const unwatch = (): void => {
-      watches.delete(watch)
-      if (watches.size === 0 && this.watches.get(id) === watches) this.watches.delete(id)
-    }
-    const result = await write.catch((err: unknown) => {
-      unwatch()
+    let result: R
+    try {
+      result = await write
+    } catch (err) {
+      this.updated(id, watch, undefined)
       throw err
-    })
-    const written = updated(result)
-    if (written === undefined) unwatch()
-    else this.announce(async generation => { await this.applyUpdate(written, watch, generation) }, unwatch)
+    }
+    this.updated(id, watch, updated(result))
     return result
   }
 
   /** Ids this instance deleted: gone from the next read here. */
   deleted (ids: readonly bigint[]): void {
     this.announce(async () => { this.change([], ids) })
+  }
+
+  /**
+   * An own update ended, after the changes announced before it: its row is listed, unless a version of the row
+   * other than its own was announced meanwhile (then the row is read again), or it wrote nothing (then the row is
+   * read again only if someone else changed it).
+   */
+  private updated (id: bigint, watch: Watch, written: Versioned<T> | undefined): void {
+    const unwatch = (): void => {
+      const watches = this.watches.get(id)
+      watches?.delete(watch)
+      if (watches?.size === 0) this.watches.delete(id)
+    }
+    this.announce(async generation => {
+      const others = [...watch.announced].some(version => version !== written?.version)
+      if (others) {
+        await this.reread([id], generation)
+        return
+      }
+      if (written === undefined) return
+      this.change([written.row], [])
+      // Its notification is still to come: it will be known by this version, and not read again.
+      if (!watch.announced.has(written.version)) this.ownVersions.set(id, written.version)
+    }, unwatch)
   }
 
   private notified (payload: string): void {
@@ -145,7 +176,8 @@ export class ListCache<T extends Row> {
       return
     }
     if (announced.kind !== 'inserted') {
-      for (const id of announced.ids) for (const watch of this.watches.get(id) ?? []) watch.touched = true
+      const version = announced.version ?? DELETION
+      for (const id of announced.ids) for (const watch of this.watches.get(id) ?? []) watch.announced.add(version)
     }
     this.announce(async generation => { await this.follow(announced, generation) })
   }
@@ -161,7 +193,8 @@ export class ListCache<T extends Row> {
     }
     let wanted = ids
     if (kind === 'updated') {
-      wanted = ids.filter(id => this.ownVersions.get(id) !== version)
+      // A row an own update is writing: that update, queued after this, reads it again if it must.
+      wanted = ids.filter(id => this.ownVersions.get(id) !== version && !this.watches.has(id))
       for (const id of ids) if (this.ownVersions.get(id) === version) this.ownVersions.delete(id)
       if (wanted.length === 0) {
         this.echoes.inc()
@@ -179,15 +212,6 @@ export class ListCache<T extends Row> {
       }
     }
     await this.reread(wanted, generation)
-  }
-
-  private async applyUpdate ({ row, version }: Versioned<T>, watch: Watch, generation: number): Promise<void> {
-    if (watch.touched) {
-      await this.reread([row.id], generation)
-      return
-    }
-    this.change([row], [])
-    this.ownVersions.set(row.id, version)
   }
 
   private async reread (ids: bigint[], generation: number): Promise<void> {
@@ -231,9 +255,11 @@ export class ListCache<T extends Row> {
     return this.list === undefined ? undefined : { list: this.list, source }
   }
 
+  /** The list as the table holds it, its body made (each segment was hashed as it came). */
   private async snapshot (): Promise<SegmentedList> {
     const list = new SegmentedList()
     await this.source.listJson(SEGMENT_IDS, segment => { list.append(segment) })
+    list.body()
     return list
   }
 

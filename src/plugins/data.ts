@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { Database, type DatabaseOptions } from '../db/database.js'
 import { registerPoolMetrics } from '../http/metrics.js'
-import type { Row } from '../db/table.js'
+import type { Row, Table } from '../db/table.js'
 import { ChangeFeed, notifyThrough } from '../machinery/change-feed.js'
 import { Collection, type CollectionOptions } from '../machinery/collection.js'
 import { IdempotencyStore } from '../machinery/idempotency.js'
@@ -15,6 +15,11 @@ declare module 'fastify' {
     collection: <New extends object, T extends Row>(options: CollectionOptions<T>) => Collection<New, T>
     /** Refuses (StartupError) when a collection's table or its change-notification triggers are missing. */
     verifyTables: () => Promise<void>
+    /**
+     * Whether every collection's list has been built once (or the feed cannot vouch for a cache, and nothing is kept):
+     * readiness waits for it at start. Asked before that, it starts the builds that are not under way.
+     */
+    listsWarm: () => boolean
   }
 }
 
@@ -39,19 +44,29 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
   db.servers.onMove(() => { feed.reconnectIf(client => db.servers.isStale(client)) })
   const idempotency = new IdempotencyStore(db)
   registerPoolMetrics(app.metrics, db.pool)
-  const tables: Array<{ problem: () => Promise<string | undefined> }> = []
+  const collections: Array<{ table: Pick<Table<object, Row>, 'problem'>, warm: () => Promise<void>, warmed: boolean }> = []
+  let warm = false
   app.decorate('db', db)
   app.decorate('changeFeed', feed)
   app.decorate('collection', <New extends object, T extends Row>(collection: CollectionOptions<T>) => {
     const made = new Collection<New, T>({ db, feed, idempotency, registry: app.metrics }, collection)
-    tables.push(made.table)
+    collections.push(made)
     return made
   })
   app.decorate('verifyTables', async () => {
-    for (const table of tables) {
+    for (const { table } of collections) {
       const problem = await table.problem()
       if (problem !== undefined) throw new StartupError(problem)
     }
+  })
+  app.decorate('listsWarm', () => {
+    warm ||= collections.every(collection => collection.warmed)
+    if (!warm) {
+      for (const collection of collections) {
+        collection.warm().catch((err: unknown) => { app.log.warn({ err }, 'a list could not be built') })
+      }
+    }
+    return warm
   })
   app.addHook('onReady', async () => { feed.start() })
   idempotency.startCleanup(options.idempotencyCleanupMs, (err) => {

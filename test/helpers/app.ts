@@ -40,6 +40,8 @@ export async function testApp (t: Teardown, databaseUrl: string, env: Record<str
   await extra.register?.(app)
   await app.ready()
   await app.verifyTables()
+  // As a balancer would: nothing is sent before the instance is ready, its lists built (or the feed deaf).
+  await until('the app\'s lists are built (a warm start)', async () => app.listsWarm())
   return { app, logs }
 }
 
