@@ -20,9 +20,8 @@ export default [
   layer('shared', [], 'src/shared holds leaf modules every layer may import; they import nothing of the service.'),
   layer('db', ['shared', 'config.js', 'startup-error.js'], 'src/db is the bottom layer: it imports no HTTP, machinery or resource code.'),
   layer('machinery', ['db', 'shared'], 'The machinery serves any resource over src/db: it names no resource and knows nothing of HTTP.'),
-  layer('plugins', ['db', 'machinery', 'http', 'shared', 'startup-error.js'], 'src/plugins wires the shared machinery for every resource and names none.'),
   layer('keys', ['db', 'machinery', 'shared', 'config.js', 'embedded.js', 'startup-checks.js', 'startup-error.js'], 'src/keys holds the key store over src/db and the command that manages keys: no HTTP, no resource.'),
-  layer('http', ['db', 'machinery', 'shared', 'config.js', 'keys/store.js'], 'HTTP infrastructure serves every resource and imports none; of src/keys, only the store.'),
+  layer('http', ['db', 'machinery', 'shared', 'config.js', 'startup-error.js', 'keys/store.js'], 'HTTP infrastructure serves every resource and imports none; of src/keys, only the store.'),
   {
     files: ['packages/embedded-postgres/**'],
     rules: { 'no-restricted-imports': ['error', { patterns: [{ group: ['../*'], message: 'packages/embedded-postgres imports none of the service.' }] }] }

@@ -15,7 +15,7 @@ import openapi from './http/openapi.js'
 import protocol, { clientErrorHandler, originForm } from './http/protocol.js'
 import rateLimits from './http/rate-limit.js'
 import pets from './pets/routes.js'
-import data from './plugins/data.js'
+import data from './http/data.js'
 import store from './store/routes.js'
 import { wellFormedPattern } from './shared/text-rules.js'
 

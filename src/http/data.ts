@@ -1,8 +1,8 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { Database, type DatabaseOptions } from '../db/database.js'
-import { registerPoolMetrics } from '../http/metrics.js'
-import type { Row, Table } from '../db/table.js'
+import { registerPoolMetrics } from './metrics.js'
+import type { Row } from '../db/table.js'
 import { ChangeFeed, notifyThrough } from '../machinery/change-feed.js'
 import { Collection, type CollectionOptions } from '../machinery/collection.js'
 import { IdempotencyStore } from '../machinery/idempotency.js'
@@ -44,7 +44,7 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
   db.servers.onMove(() => { feed.reconnectIf(client => db.servers.isStale(client)) })
   const idempotency = new IdempotencyStore(db)
   registerPoolMetrics(app.metrics, db.pool)
-  const collections: Array<{ table: Pick<Table<object, Row>, 'problem'>, warm: () => Promise<void>, warmed: boolean }> = []
+  const collections: Array<Pick<Collection<object, Row>, 'table' | 'warm' | 'warmed'>> = []
   let warm = false
   app.decorate('db', db)
   app.decorate('changeFeed', feed)
