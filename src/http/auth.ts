@@ -20,6 +20,12 @@ declare module 'fastify' {
   interface FastifyInstance { apiKeys: ApiKeyStore }
 }
 
+/** The key that authenticated this request: every request under /v1 has one, or was refused before its handler. */
+export function requestKey (request: FastifyRequest): AuthenticatedKey {
+  if (request.apiKey === null) throw new Error(`${request.url}: no API key authenticated this request`)
+  return request.apiKey
+}
+
 function unauthorized (request: FastifyRequest): ApiError {
   // RFC 6750 section 3: error="invalid_token" only when a bearer token was actually sent.
   const sentToken = /^bearer\s+\S/i.test(request.headers.authorization ?? '')

@@ -3,7 +3,7 @@ import rateLimit, { normalizeIP } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.js'
-import type { AuthenticatedKey } from '../keys/store.js'
+import { requestKey } from './auth.js'
 import { ApiError } from './errors.js'
 import { LocalRateLimitStore, redisFirstStore } from './rate-limit-store.js'
 
@@ -62,7 +62,7 @@ async function rateLimits (app: FastifyInstance, options: Config['rateLimit'] & 
   const perKey = app.createRateLimit({
     max: (request) => request.apiKey?.ratePerMinute ?? options.perKeyPerMinute,
     timeWindow: 60_000,
-    keyGenerator: (request) => `per-key:${perKeyName((request.apiKey as AuthenticatedKey).digest)}`
+    keyGenerator: (request) => `per-key:${perKeyName(requestKey(request).digest)}`
   })
   const hasPerKeyLimit = (request: FastifyRequest): boolean =>
     options.perKeyPerMinute > 0 || request.apiKey?.ratePerMinute !== undefined

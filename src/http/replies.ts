@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Precondition, Row } from '../db/table.js'
 import type { Collection } from '../machinery/collection.js'
 import { encodedTag } from '../machinery/list-compression.js'
-import type { AuthenticatedKey } from '../keys/store.js'
+import { requestKey } from './auth.js'
 import { negotiateEncoding } from './content-coding.js'
 import { ApiError, notFound, validationFailed } from './errors.js'
 
@@ -113,7 +113,7 @@ export function createHandler<New extends object, T extends Row> (resource: Coll
       return
     }
     const serialize = reply.getSerializationFunction('201') as unknown as (row: T) => string
-    const { kind, response } = await resource.createIdempotent((request.apiKey as AuthenticatedKey).digest, key, input,
+    const { kind, response } = await resource.createIdempotent(requestKey(request).digest, key, input,
       row => ({ status: 201, body: serialize(row), location: `${path}/${row.id}` }))
     if (response.location !== null) reply.header('location', response.location)
     if (kind === 'replay') reply.header('idempotent-replayed', 'true')
