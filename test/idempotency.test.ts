@@ -3,7 +3,7 @@ import type { LightMyRequestResponse } from 'fastify'
 import t from 'tap'
 import pg from 'pg'
 import { IdempotencyStore } from '../src/machinery/idempotency.js'
-import { testApp, AUTH, OTHER_KEY, TEST_KEY } from './helpers/app.js'
+import { testApp, until, AUTH, OTHER_KEY, TEST_KEY } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 
 const db = await testDatabase(t)
@@ -119,7 +119,10 @@ t.test('two identical requests racing on two instances create one row', async t 
     create({ name: `race-${i}` }, key, TEST_KEY, b.app)
   ]))
   for (const res of answers) t.ok(res.statusCode === 201 || res.statusCode === 409, `201 or 409, got ${res.statusCode}`)
-  const list = (await a.app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })).json() as Array<{ id: number, name: string }>
+  // B's creates reach A's list through the change feed (within 100 ms): once the count is stable, compare.
+  const listed = async (): Promise<Array<{ id: number, name: string }>> => (await a.app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })).json()
+  await until('A lists a row per key', async () => (await listed()).length >= keys.length)
+  const list = await listed()
   t.equal(list.length, keys.length, 'one row per key')
   t.equal(new Set(list.map(c => c.name)).size, keys.length)
   for (let i = 0; i < keys.length; i++) {
