@@ -35,9 +35,9 @@ t.test('a preflight from an allowed origin: 204 before auth, with what the page 
   t.equal(res.statusCode, 204)
   t.equal(res.body, '')
   t.equal(res.headers['access-control-allow-origin'], PAGE)
-  t.equal(res.headers['access-control-allow-methods'], 'GET, HEAD, POST')
+  t.equal(res.headers['access-control-allow-methods'], 'GET, HEAD, POST, PATCH, DELETE')
   t.same(String(res.headers['access-control-allow-headers']).split(', ').sort(),
-    ['Authorization', 'Content-Type', 'Idempotency-Key', 'If-None-Match', 'X-Request-Id'])
+    ['Authorization', 'Content-Type', 'Idempotency-Key', 'If-Match', 'If-None-Match', 'X-Request-Id'])
   t.equal(res.headers['access-control-max-age'], '600')
   t.equal(res.headers['access-control-allow-credentials'], undefined, 'keys travel in Authorization, not cookies')
   t.equal(res.headers['www-authenticate'], undefined, 'not a 401')
@@ -89,7 +89,7 @@ t.test('actual responses: the origin, the exposed headers and Vary: Origin', asy
   t.equal(created.statusCode, 201)
   t.equal(created.headers['access-control-allow-origin'], PAGE)
   t.same(String(created.headers['access-control-expose-headers']).split(', '),
-    ['ETag', 'Location', 'Retry-After', 'RateLimit', 'RateLimit-Policy', 'X-Request-Id', 'Deprecation', 'Sunset'])
+    ['ETag', 'Link', 'Location', 'Retry-After', 'RateLimit', 'RateLimit-Policy', 'X-Request-Id', 'Deprecation', 'Sunset'])
   t.ok(created.headers.location)
   hasVaryOrigin(t, created.headers, 'POST')
   const list = await app.inject({ method: 'GET', url: '/v1/categories', headers: { ...AUTH, origin: PAGE } })

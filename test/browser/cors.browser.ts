@@ -86,6 +86,36 @@ t.test('a page on the allowed origin lists, creates and reads the exposed header
   t.equal(seen.refused.body.code, 'UNAUTHORIZED', 'the Error body of a 401 is readable')
 })
 
+t.test('a page on the allowed origin updates with If-Match, deletes, and follows the Link of a page', async t => {
+  const page = await openPage(allowedOrigin)
+  const seen = await page.evaluate(async ({ api, key }) => {
+    const auth = { authorization: `Bearer ${key}` }
+    const json = { ...auth, 'content-type': 'application/json' }
+    const created = await (await fetch(`${api}/v1/categories`, { method: 'POST', headers: json, body: '{"name":"Dgos"}' }))
+      .json() as { id: number }
+    const url = `${api}/v1/categories/${created.id}`
+    const etag = (await fetch(url, { headers: auth })).headers.get('etag') ?? ''
+    const patch = { method: 'PATCH', body: '{"name":"Dogs"}' }
+    const updated = await fetch(url, { ...patch, headers: { ...auth, 'content-type': 'application/merge-patch+json', 'if-match': etag } })
+    const stale = await fetch(url, { ...patch, headers: { ...json, 'if-match': etag } })
+    const paged = await fetch(`${api}/v1/categories?limit=1`, { headers: auth })
+    const deleted = await fetch(url, { method: 'DELETE', headers: auth })
+    return {
+      updated: { status: updated.status, etag: updated.headers.get('etag'), name: (await updated.json() as { name: string }).name },
+      stale: { status: stale.status, code: (await stale.json() as { code: string }).code },
+      link: paged.headers.get('link'),
+      deleted: deleted.status,
+      etag
+    }
+  }, { api, key: KEY })
+  t.equal(seen.updated.status, 200, 'PATCH with If-Match passes the preflight')
+  t.equal(seen.updated.name, 'Dogs')
+  t.ok(seen.updated.etag !== null && seen.updated.etag !== seen.etag, 'the new ETag is readable')
+  t.same(seen.stale, { status: 412, code: 'PRECONDITION_FAILED' }, 'a stale If-Match is refused, its Error body readable')
+  t.match(seen.link, /^<\/v1\/categories\?limit=1&after=\d+>; rel="next"$/, 'the Link header is readable')
+  t.equal(seen.deleted, 204, 'DELETE passes the preflight')
+})
+
 t.test('a page on another origin is blocked by the browser', async t => {
   const page = await openPage(otherOrigin)
   const outcome = await page.evaluate(async ({ api, key }) => {
