@@ -99,26 +99,46 @@ try {
 const logger = {
   error: (m: string) => { if (listening === undefined) console.error(`petstore: ${m}`); else listening.log.error(m) }
 }
-closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, logger }, async ({ signal, err }) => {
-  const app = listening
-  if (app === undefined) {
-    // Interrupted while starting (a signal, an uncaught error): stop what was started, nothing to drain.
-    if (err !== undefined) reportStartupFailure(err, config.logLevel)
-    await undoAll()
+// When the shutdown began: Ctrl-C reaches every process of the terminal's group, and a watcher (npm run dev) relays
+// it to the service, which has it already. A SIGINT within RELAYED_SIGINT_MS of that is the same Ctrl-C.
+const RELAYED_SIGINT_MS = 1000
+let stoppingSince: number | undefined
+const closer = closeWithGrace({ delay: config.shutdown.drainMs + config.shutdown.timeoutMs, logger, skip: ['SIGINT'] },
+  async ({ signal, err }) => {
+    stoppingSince = performance.now()
+    const app = listening
+    if (app === undefined) {
+      // Interrupted while starting (a signal, an uncaught error): stop what was started, nothing to drain.
+      if (err !== undefined) reportStartupFailure(err, config.logLevel)
+      await undoAll()
+      return
+    }
+    const drainMs = config.shutdown.drainMs
+    if (err !== undefined) app.log.error({ err }, 'fatal error, shutting down')
+    else app.log.info({ signal: signal ?? 'SIGINT', drainMs }, 'shutting down: readiness is now 503, draining')
+    // Keep serving while the balancer notices the failing readiness check, then close.
+    app.lifecycle.shuttingDown = true
+    if (err === undefined) await sleep(drainMs)
+    let failed = false
+    await undoAll((err) => {
+      failed = true
+      app.log.error({ err }, 'shutdown step failed')
+    })
+    // The last spans: the batch exporter sends only every few seconds.
+    await telemetry?.shutdown().catch((err: unknown) => { app.log.warn({ err }, 'traces not flushed') })
+    // close-with-grace exits 1 when the handler throws.
+    if (failed) throw new Error('shutdown incomplete: a step failed (see above)')
+    app.log.info('shutdown complete')
+  })
+// SIGINT is ours (close-with-grace's skip): the first one closes, a later one while stopping forces the exit.
+process.on('SIGINT', () => {
+  if (stoppingSince === undefined) {
+    closer.close()
     return
   }
-  if (err !== undefined) app.log.error({ err }, 'fatal error, shutting down')
-  else app.log.info({ signal, drainMs: config.shutdown.drainMs }, 'shutting down: readiness is now 503, draining')
-  // Keep serving while the balancer notices the failing readiness check, then close.
-  app.lifecycle.shuttingDown = true
-  if (err === undefined) await sleep(config.shutdown.drainMs)
-  let failed = false
-  await undoAll((err) => { failed = true; app.log.error({ err }, 'shutdown step failed') })
-  // The last spans: the batch exporter sends only every few seconds.
-  await telemetry?.shutdown().catch((err: unknown) => { app.log.warn({ err }, 'traces not flushed') })
-  // close-with-grace exits 1 when the handler throws.
-  if (failed) throw new Error('shutdown incomplete: a step failed (see above)')
-  app.log.info('shutdown complete')
+  if (performance.now() - stoppingSince < RELAYED_SIGINT_MS) return
+  logger.error('second SIGINT, exiting')
+  process.exit(1)
 })
 try {
   await start(config)

@@ -77,6 +77,17 @@ t.test('a second signal exits at once', async t => {
   t.not(code, 0, 'an interrupted shutdown is not a clean exit')
 })
 
+t.test('a SIGINT relayed at once (npm run dev\'s watcher passes Ctrl-C on) is the same Ctrl-C: a clean exit', async t => {
+  const server = await startServer(t, { DATABASE_URL: await db.createDatabase(), API_KEYS: 'k' })
+  // Ctrl-C reaches the service and its watcher; the watcher relays it once the service has begun to stop.
+  server.child.kill('SIGINT')
+  t.ok(await server.waitFor('readiness is now 503'), 'the first SIGINT was handled')
+  server.child.kill('SIGINT')
+  t.equal(await server.exited, 0, 'exit code 0')
+  t.match(server.output(), /shutdown complete/)
+  t.notMatch(server.output(), /second SIGINT/, 'no error-level line')
+})
+
 t.test('production without configuration refuses to start, naming what is missing', async t => {
   const server = await startServer(t, { NODE_ENV: 'production' }, { listening: false })
   t.equal(await server.exited, 1)
