@@ -84,7 +84,7 @@ t.test('a resource table without its change-notification triggers: the start ref
   await owner.query('DROP TRIGGER categories_inserted ON categories')
   await owner.end()
   t.match(await failedStart(t, { DATABASE_URL: url }),
-    /^petstore: table categories lacks its change-notification triggers: its migration must run SELECT announce_changes\('categories'\)/)
+    /^petstore: table categories lacks its change-notification triggers: run SELECT announce_changes\('categories'\)/)
 })
 
 t.test('METRICS_PORT or PORT taken: one line naming the setting, before the database is touched', async t => {

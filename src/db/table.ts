@@ -197,8 +197,8 @@ export class Table<New extends object, T extends Row> {
       return `table ${this.name} has no column ${missing}, which its schema's member needs: add it in a new migration`
     }
     if (found.announces) return undefined
-    return `table ${this.name} lacks its change-notification triggers: its migration must run ` +
-      `SELECT announce_changes('${this.name}') (docs/architecture.md)`
+    return `table ${this.name} lacks its change-notification triggers: run SELECT announce_changes('${this.name}') ` +
+      'in a new migration (one already applied is not run again; docs/architecture.md)'
   }
 }
 
