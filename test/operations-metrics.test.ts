@@ -95,10 +95,11 @@ t.test('api_keys_active counts the managed keys that authenticate now; failed re
   await app.apiKeys.reload()
   t.equal(await metric(app, 'api_keys_active'), 1, 'a revoked key no longer counts')
 
-  t.equal(await metric(app, 'api_keys_reload_failures_total'), 0)
+  // A loaded machine can miss the 300 ms connection timeout before: what counts is what the outage adds.
+  const failures = await metric(app, 'api_keys_reload_failures_total')
   proxy.down()
   await app.apiKeys.reload()
-  t.ok(await metric(app, 'api_keys_reload_failures_total') >= 1, 'a read the database refused counts')
+  t.ok(await metric(app, 'api_keys_reload_failures_total') > failures, 'a read the database refused counts')
   t.equal(await metric(app, 'api_keys_active'), 1, 'the keys known before still count')
   proxy.restore()
 })
