@@ -16,7 +16,6 @@ export type RowSerializer<T> = (row: T) => string
 const ANNOUNCEMENT = /^(?:updated:([0-9]{1,10}):|(deleted):)?([0-9]{1,19}(?:,[0-9]{1,19})*)$/
 
 interface Announced { kind: 'inserted' | 'updated' | 'deleted', ids: bigint[], version?: string }
-type Source = 'cache' | 'refresh'
 
 /** An own update under way: the versions of its row announced since it began (a deletion as ''). */
 interface Watch { announced: Set<string> }
@@ -73,21 +72,22 @@ export class ListCache<T extends Row> {
 
   /** The whole list, as sent. */
   async read (): Promise<ListBody> {
-    const current = await this.current()
-    if (current === undefined) {
+    const list = await this.current()
+    if (list === undefined) {
       this.reads.database++
       return (await this.snapshot()).body()
     }
-    this.reads[current.source === 'cache' && !current.list.unchanged ? 'changed' : current.source]++
-    return current.list.body()
+    if (list.unchanged) this.reads.cache++
+    else this.reads.changed++
+    return list.body()
   }
 
   /** Up to `limit` rows with ids above `after`, from the same list (or the database while the feed cannot vouch). */
   async page (after: bigint, limit: number): Promise<Page> {
-    const current = await this.current()
-    if (current !== undefined) {
-      this.reads[current.source]++
-      return current.list.page(after, limit)
+    const list = await this.current()
+    if (list !== undefined) {
+      this.reads.cache++
+      return list.page(after, limit)
     }
     this.reads.database++
     const rows = await this.source.page(after, limit + 1)
@@ -243,16 +243,12 @@ export class ListCache<T extends Row> {
   }
 
   /** The list to answer from, after the changes announced before this read; undefined while the feed is deaf. */
-  private async current (): Promise<{ list: SegmentedList, source: Source } | undefined> {
+  private async current (): Promise<SegmentedList | undefined> {
     if (!this.feed.listening) return undefined
-    let source: Source = 'cache'
-    if (this.list === undefined) {
-      await this.build()
-      source = 'refresh'
-    }
+    if (this.list === undefined) await this.build()
     if (this.unapplied > 0) await this.changes
     // Dropped meanwhile (a change the cache could not follow): the database answers this one.
-    return this.list === undefined ? undefined : { list: this.list, source }
+    return this.list
   }
 
   /** The list as the table holds it, its body made (each segment was hashed as it came). */
@@ -266,6 +262,7 @@ export class ListCache<T extends Row> {
   /** One build at a time, shared; changes announced while it read are applied after it (none added twice). */
   private async build (): Promise<void> {
     if (this.building?.generation !== this.generation) {
+      this.reads.refresh++
       const generation = this.generation
       const promise = this.snapshot().then(list => {
         if (generation === this.generation && this.feed.listening) this.list = list
@@ -302,9 +299,10 @@ export class ListCache<T extends Row> {
 
   private registerMetrics (registry: Registry): void {
     const prefix = this.source.name
-    countsOf(registry, `${prefix}_list_reads_total`, 'List reads (whole or a page) by source: cache, changed (the ' +
-      'cache after changes it applied), refresh (the whole list built from the database, one build shared by ' +
-      'waiting readers) or database (the change feed cannot vouch for the cache)', 'source', this.reads)
+    countsOf(registry, `${prefix}_list_reads_total`, 'List reads (whole or a page) by source: cache (the list in ' +
+      'memory), changed (the same, after changes it applied), database (the change feed cannot vouch for the ' +
+      'cache); refresh counts the whole list\'s builds from the database (at start, after a drop), whatever started ' +
+      'them', 'source', this.reads)
     countsOf(registry, `${prefix}_list_rows_changed_total`, 'Rows the cached list added, replaced or removed as ' +
       'creates, updates and deletes were announced', 'change', this.rowsChanged)
   }
