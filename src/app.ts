@@ -19,6 +19,10 @@ import data from './http/data.js'
 import store from './store/routes.js'
 import { wellFormedPattern } from './shared/text-rules.js'
 
+/** Node checks slow headers and bodies this often (its default is every 30 s). */
+const CONNECTIONS_CHECK_MS = 1000
+const IDEMPOTENCY_CLEANUP_MS = 10 * 60 * 1000
+
 function traceFields (): Record<string, string> {
   const span = trace.getActiveSpan()
   if (span === undefined) return {}
@@ -54,7 +58,7 @@ export async function buildApp (
       // Slowloris gets 408; Node checks every second, not every 30 s.
       headersTimeout: config.headersTimeoutMs,
       requestTimeout: config.requestTimeoutMs,
-      connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
+      connectionsCheckingInterval: Math.min(CONNECTIONS_CHECK_MS, config.headersTimeoutMs),
       maxHeaderSize: config.maxHeaderBytes,
       // protocol.ts answers a missing Host in our shape; Node's own answer is a bare 400.
       requireHostHeader: false
@@ -97,7 +101,7 @@ export async function buildApp (
     listen: config.databaseDirectUrl === undefined
       ? { connectionString: config.databaseUrl, connectionName: 'DATABASE_URL' }
       : { connectionString: config.databaseDirectUrl, connectionName: 'DATABASE_DIRECT_URL' },
-    idempotencyCleanupMs: 10 * 60 * 1000
+    idempotencyCleanupMs: IDEMPOTENCY_CLEANUP_MS
   })
   await app.register(auth, { digests: config.apiKeyDigests })
   await app.register(methodNotAllowed)

@@ -74,7 +74,10 @@ function describeDatabaseError (err: unknown, url: string, timedOutAfterMs?: num
 }
 
 /** Connects once, to say exactly what is wrong before anything else. */
-export async function checkDatabase (url: string, timeoutMs = 10000): Promise<void> {
+/** How long a start waits for the database's first answer. */
+const DATABASE_CHECK_MS = 10_000
+
+export async function checkDatabase (url: string, timeoutMs = DATABASE_CHECK_MS): Promise<void> {
   // pg gives up after connectionTimeoutMillis (any stage: TCP, TLS, authentication) by closing the socket.
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: timeoutMs })
   // A failure after connect() has settled (the server going away) must not become an unhandled 'error' event.

@@ -29,7 +29,10 @@ function traceServerSpans ({ setRPCMetadata, RPCType }: typeof import('@opentele
       const parent = propagation.extract(ROOT_CONTEXT, request.headers)
       const kind = SpanKind.SERVER
       const span = isProbe(request.url) ? undefined : tracer.startSpan(request.method, { kind }, parent)
-      if (span?.isRecording() !== true) { done(); return }
+      if (span?.isRecording() !== true) {
+        done()
+        return
+      }
       const route = request.routeOptions.url
       if (route !== undefined) span.updateName(`${request.method} ${route}`)
       const query = request.url.indexOf('?')

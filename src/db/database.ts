@@ -2,6 +2,9 @@ import pg from 'pg'
 import { DatabaseUnavailableError, POOL_QUEUE_FULL, databaseError } from './errors.js'
 import { DatabaseServers, outcomeUnknown } from './servers.js'
 
+/** The server cancels a slow statement itself; the client gives up this much later (a lost network). */
+const QUERY_TIMEOUT_MARGIN_MS = 1000
+
 /** int8 as BigInt: a JavaScript number would round ids above 2^53. */
 const types = new pg.TypeOverrides()
 types.setTypeParser(pg.types.builtins.INT8, BigInt)
@@ -34,7 +37,7 @@ export class Database {
       max: options.max,
       connectionTimeoutMillis: options.connectionTimeoutMs,
       // The server cancels a slow statement; this bounds what it cannot end (a lost network, a standby's commit).
-      query_timeout: options.statementTimeoutMs + 1000,
+      query_timeout: options.statementTimeoutMs + QUERY_TIMEOUT_MARGIN_MS,
       idleTimeoutMillis: 30000,
       types,
       onConnect: this.servers.register
@@ -83,7 +86,9 @@ export class Database {
     }
   }
 
-  async end (): Promise<void> { await this.pool.end() }
+  async end (): Promise<void> {
+    await this.pool.end()
+  }
 
   /** A connection that leads where the address does now; those to an old server are closed on the way. */
   private async acquire (bounded: boolean): Promise<pg.PoolClient> {

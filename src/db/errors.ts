@@ -32,7 +32,9 @@ export class DatabaseUnavailableError extends Error {
   /** The SQLSTATE or error code that classified the failure, if any. */
   readonly reason = codeOf(this.cause)
 
-  constructor (cause: unknown) { super('the database is unavailable; retry shortly', { cause }) }
+  constructor (cause: unknown) {
+    super('the database is unavailable; retry shortly', { cause })
+  }
 }
 
 export function isDatabaseUnavailable (err: unknown): boolean {

@@ -29,14 +29,18 @@ export interface DataOptions {
   idempotencyCleanupMs: number
 }
 
+/** Beyond what the pool itself may take to connect and run it: a probe's send is late only past this. */
+const PROBE_SEND_MARGIN_MS = 1000
+
 /** What every resource shares: the database, one change feed (started when the app is ready), idempotency. */
 async function data (app: FastifyInstance, options: DataOptions): Promise<void> {
   const db = new Database(options.database)
+  const { connectionTimeoutMs, statementTimeoutMs } = options.database
   const feed = new ChangeFeed({
     ...options.listen,
     notify: notifyThrough(db),
     // As long as the pool itself lets the probe wait for a connection and run.
-    probeSendTimeoutMs: options.database.connectionTimeoutMs + options.database.statementTimeoutMs + 1000,
+    probeSendTimeoutMs: connectionTimeoutMs + statementTimeoutMs + PROBE_SEND_MARGIN_MS,
     log: app.log,
     onConnect: db.servers.register,
     registry: app.metrics

@@ -62,7 +62,9 @@ export class ApiError extends Error {
     this.name = 'ApiError'
   }
 
-  toBody (): ErrorBody { return { code: this.code, message: this.message, status: this.status } }
+  toBody (): ErrorBody {
+    return { code: this.code, message: this.message, status: this.status }
+  }
 }
 
 export const validationFailed = (message: string): ApiError => new ApiError(400, 'VALIDATION_FAILED', message)

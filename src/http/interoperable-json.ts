@@ -14,12 +14,25 @@ interface Frame {
 // Up to 15 digits, no exponent: always an exactly held safe integer or a plain decimal.
 const SHORT_NUMBER = 15
 const NUMBER = /[-+.0-9eE]+/y
+/** Longer member paths are cut in messages. */
+const MAX_PATH_CHARACTERS = 120
+
+const QUOTE = '"'.charCodeAt(0)
+const BACKSLASH = '\\'.charCodeAt(0)
+const OPEN_OBJECT = '{'.charCodeAt(0)
+const OPEN_ARRAY = '['.charCodeAt(0)
+const CLOSE_OBJECT = '}'.charCodeAt(0)
+const CLOSE_ARRAY = ']'.charCodeAt(0)
+const COMMA = ','.charCodeAt(0)
+const MINUS = '-'.charCodeAt(0)
+const DIGIT_0 = '0'.charCodeAt(0)
+const DIGIT_9 = '9'.charCodeAt(0)
 
 function stringEnd (text: string, from: number): number {
   let quote = text.indexOf('"', from)
   for (;;) {
     let backslashes = 0
-    while (text.charCodeAt(quote - 1 - backslashes) === 92) backslashes++ // \\
+    while (text.charCodeAt(quote - 1 - backslashes) === BACKSLASH) backslashes++
     if (backslashes % 2 === 0) return quote
     quote = text.indexOf('"', quote + 1)
   }
@@ -36,7 +49,7 @@ function beyondDouble (token: string): boolean {
 function describe (frames: Frame[]): string {
   // JSON escapes make control characters and lone surrogates readable; long paths are cut.
   const path = JSON.stringify(frames.map(frame => frame.at).join('.')).slice(1, -1)
-  return path.length > 120 ? `${path.slice(0, 120)}…` : path
+  return path.length > MAX_PATH_CHARACTERS ? `${path.slice(0, MAX_PATH_CHARACTERS)}…` : path
 }
 
 /** The first rule a body breaks, as a 400 message. `text` must be valid JSON: the scan trusts its syntax. */
@@ -45,7 +58,7 @@ export function interoperabilityProblem (text: string): string | undefined {
   let top: Frame | undefined
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i)
-    if (c === 34) { // "
+    if (c === QUOTE) {
       const end = stringEnd(text, i + 1)
       if (top?.expectName === true) {
         const raw = text.slice(i + 1, end)
@@ -58,18 +71,18 @@ export function interoperabilityProblem (text: string): string | undefined {
         top.expectName = false
       }
       i = end
-    } else if (c === 123 || c === 91) { // { [
+    } else if (c === OPEN_OBJECT || c === OPEN_ARRAY) {
       if (frames.length === MAX_JSON_DEPTH) return `request body is nested deeper than ${MAX_JSON_DEPTH} levels`
-      top = c === 123 ? { names: new Set(), expectName: true, at: 0 } : { expectName: false, at: 0 }
+      top = c === OPEN_OBJECT ? { names: new Set(), expectName: true, at: 0 } : { expectName: false, at: 0 }
       frames.push(top)
-    } else if (c === 125 || c === 93) { // } ]
+    } else if (c === CLOSE_OBJECT || c === CLOSE_ARRAY) {
       frames.pop()
       top = frames[frames.length - 1]
-    } else if (c === 44) { // ,
+    } else if (c === COMMA) {
       if (top === undefined) continue
       if (top.names !== undefined) top.expectName = true
       else top.at = (top.at as number) + 1
-    } else if (c === 45 || (c >= 48 && c <= 57)) { // - 0-9
+    } else if (c === MINUS || (c >= DIGIT_0 && c <= DIGIT_9)) {
       NUMBER.lastIndex = i
       const token = (NUMBER.exec(text) as RegExpExecArray)[0]
       if ((token.length > SHORT_NUMBER || /[eE]/.test(token)) && beyondDouble(token)) {

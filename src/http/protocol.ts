@@ -20,6 +20,7 @@ const UNRESERVED = /%(?:[46][1-9A-Fa-f]|[57][0-9Aa]|3[0-9]|2[DEde]|5[Ff]|7[Ee])/
 // and joins two Idempotency-Keys or X-Request-Ids, and a proxy in front may pick the other. docs/hardening.md.
 const SINGLETONS = ['Authorization', 'Content-Type', 'Host', 'Idempotency-Key', 'X-Request-Id']
 const SINGLETON_NAMES = SINGLETONS.map(name => name.toLowerCase())
+const SINGLETON_LENGTHS = new Set(SINGLETONS.map(name => name.length))
 
 // Fastify's rewriteUrl: absolute-form becomes its path, and unreserved characters are decoded
 // (RFC 3986 6.2.2.2) as the router decodes them, so that checks on the path see what routing sees.
@@ -64,7 +65,7 @@ function repeatedSingleton (rawHeaders: string[]): ApiError | undefined {
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const raw = rawHeaders[i] as string
     // Every request pays for this loop: most names are ruled out by their length, without lowercasing.
-    if (raw.length !== 4 && raw.length !== 12 && raw.length !== 13 && raw.length !== 15) continue
+    if (!SINGLETON_LENGTHS.has(raw.length)) continue
     const j = SINGLETON_NAMES.indexOf(raw.toLowerCase())
     if (j === -1) continue
     if ((seen & (1 << j)) !== 0) return validationFailed(`the ${SINGLETONS[j]} header must be sent once`)

@@ -27,17 +27,34 @@ return {tonumber(count), math.max(ttl, 0)}`
 
 const RETRY_AFTER_FAILURE_MS = 1000 // after Redis failed or was slow, requests skip it this long (or till it is back)
 const STARTUP_WAIT_MS = 1000 // a Redis that is down must not stop the start: limits count per instance until it comes
+/** Keys counted per limit: the plugin's own in-memory store keeps as many. */
+const LOCAL_KEYS = 5000
+/** A command a hung Redis never answers is cleared after this many request timeouts, and at least this long. */
+const COMMAND_TIMEOUTS = 10
+const MIN_COMMAND_TIMEOUT_MS = 5000
+const MIN_CONNECT_TIMEOUT_MS = 1000
+/** Reconnects back off by this much per attempt, to at most RECONNECT_MAX_MS apart. */
+const RECONNECT_STEP_MS = 100
+const RECONNECT_MAX_MS = 1000
 
 /**
  * Counted as the plugin's in-memory store does (5000 keys per limit), so a Redis outage falls back to exactly its
  * limits; but each answer is a copy: the plugin's store hands concurrent checks one shared, still changing count.
  */
 export class LocalRateLimitStore implements FastifyRateLimitStore {
-  private readonly windows = new LruMap<{ count: number, openedAt: number }>(5000)
+  private readonly windows = new LruMap<{ count: number, openedAt: number }>(LOCAL_KEYS)
 
-  incr (key: string, cb: Callback, timeWindow: number): void { cb(null, this.count(key, timeWindow, true)) }
-  read (key: string, cb: Callback, timeWindow: number): void { cb(null, this.count(key, timeWindow, false)) }
-  child (): FastifyRateLimitStore { return new LocalRateLimitStore() }
+  incr (key: string, cb: Callback, timeWindow: number): void {
+    cb(null, this.count(key, timeWindow, true))
+  }
+
+  read (key: string, cb: Callback, timeWindow: number): void {
+    cb(null, this.count(key, timeWindow, false))
+  }
+
+  child (): FastifyRateLimitStore {
+    return new LocalRateLimitStore()
+  }
 
   protected count (key: string, timeWindow: number, increment: boolean): Counted {
     const now = Date.now()
@@ -65,10 +82,10 @@ Promise<FastifyRateLimitStoreCtor> {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     // The request's wait is bounded in preferRedis; this only clears commands a hung Redis never answers.
-    commandTimeout: Math.max(10 * timeoutMs, 5000),
-    connectTimeout: Math.max(1000, timeoutMs),
+    commandTimeout: Math.max(COMMAND_TIMEOUTS * timeoutMs, MIN_COMMAND_TIMEOUT_MS),
+    connectTimeout: Math.max(MIN_CONNECT_TIMEOUT_MS, timeoutMs),
     // Reconnect forever, at most a second apart, so the service is back on Redis soon after Redis is.
-    retryStrategy: (attempt: number) => Math.min(attempt * 100, 1000),
+    retryStrategy: (attempt: number) => Math.min(attempt * RECONNECT_STEP_MS, RECONNECT_MAX_MS),
     enableAutoPipelining: true,
     lazyConnect: true
   })

@@ -28,7 +28,10 @@ async function connect (config: Config): Promise<{ url: string, stop: () => Prom
   process.stderr.write(`keys: DATABASE_URL is not set; starting the embedded PostgreSQL (data in ${dir})\n`)
   const embedded = await startEmbeddedPostgres({ dir }).catch(refused)
   const quiet = { info: () => {}, warn: () => {}, error: () => {} }
-  await runMigrations(embedded.serviceUrl, quiet).catch(async (err: unknown) => { await embedded.stop(); throw err })
+  await runMigrations(embedded.serviceUrl, quiet).catch(async (err: unknown) => {
+    await embedded.stop()
+    throw err
+  })
   return { url: embedded.serviceUrl, stop: embedded.stop }
 }
 

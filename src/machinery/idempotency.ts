@@ -38,6 +38,9 @@ function lockId (owner: Buffer, key: string): string {
   return createHash('sha256').update(owner).update('\0').update(key).digest().readBigInt64BE(0).toString()
 }
 
+/** Expired records deleted per statement: each stays short. */
+const EXPIRED_PER_DELETE = 1000
+
 const RECORD = `
 SELECT operation, request_hash, response_status, response_body, location, expires_at < now() AS expired
 FROM idempotency_keys WHERE key_owner = $1 AND idempotency_key = $2`
@@ -101,7 +104,7 @@ export class IdempotencyStore {
   }
 
   /** In small batches, off the request path. */
-  async deleteExpired (batchSize = 1000): Promise<number> {
+  async deleteExpired (batchSize = EXPIRED_PER_DELETE): Promise<number> {
     let total = 0
     for (;;) {
       const { rowCount } = await this.db.query(DELETE_EXPIRED, [batchSize])
@@ -114,5 +117,7 @@ export class IdempotencyStore {
     this.cleanupTimer = setInterval(() => { this.deleteExpired().catch(onError) }, intervalMs).unref()
   }
 
-  stopCleanup (): void { clearInterval(this.cleanupTimer) }
+  stopCleanup (): void {
+    clearInterval(this.cleanupTimer)
+  }
 }
