@@ -203,7 +203,7 @@ export class SegmentedList {
     for (const key of keys) {
       const changes = [...this.pending.get(key) ?? []].map(([id, json]) => ({ id, json }))
         .sort((a, b) => a.id < b.id ? -1 : 1)
-      const at = this.segmentIndexIn(this.segments, key)
+      const at = this.segmentIndex(key)
       const old = this.segments[at]?.key === key ? this.segments[at] : undefined
       const changed = merged(key, old, changes)
       const replacement = changed === undefined ? [] : [changed]
@@ -216,14 +216,14 @@ export class SegmentedList {
   private rowBytes (id: bigint): Buffer | undefined {
     const waiting = this.pending.get(keyOf(id))
     if (waiting?.has(id) === true) return waiting.get(id)
-    const segment = this.segments[this.segmentIndexIn(this.segments, keyOf(id))]
+    const segment = this.segments[this.segmentIndex(keyOf(id))]
     if (segment?.key !== keyOf(id)) return undefined
     const row = lowerBound(segment.ids, item => item < id)
     return segment.ids[row] === id ? segment.bytes.subarray(startOf(segment, row), segment.ends[row]) : undefined
   }
 
-  private segmentIndexIn (segments: readonly Segment[], key: bigint): number {
-    return lowerBound(segments, segment => segment.key < key)
+  private segmentIndex (key: bigint): number {
+    return lowerBound(this.segments, segment => segment.key < key)
   }
 }
 
