@@ -3,14 +3,20 @@ import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import path from 'node:path'
 import { constants } from 'node:os'
+import { rm } from 'node:fs/promises'
+import { BUILT_CHECKOUT_VARIABLE, buildCheckout } from '../test/helpers/built-checkout.js'
 import { SERVER_SOURCE_VARIABLE, SERVER_URL_VARIABLE } from '../test/helpers/database.js'
 import { chooseSource, describeChoice, startPostgresServer, type PostgresServer } from '../test/helpers/postgres-server.js'
 
 /**
- * `npm test`: one PostgreSQL server for the whole run (each test file makes its own
- * database on it), then tap with the arguments given, then the server is stopped,
- * whatever happened. Prints once which server and why (test/helpers/postgres-server.ts).
- * Usage: node --import tsx scripts/run-tests.ts [tap arguments]
+ * `npm test`: one PostgreSQL server and one build of the checkout for the whole run (each test
+ * file makes its own database on the server; test/helpers/built-checkout.ts), then tap with the
+ * arguments given, then the server is stopped and the build removed, whatever happened. Prints
+ * once which server and why (test/helpers/postgres-server.ts).
+ * Usage: node --import tsx scripts/run-tests.ts [tap arguments] [test files]
+ *
+ * The coverage thresholds (package.json's "tap") hold for the whole suite, not for one file:
+ * with test files named, coverage is off, so that a passing file does not end with exit 1.
  */
 const require = createRequire(import.meta.url)
 const tapPackage = require.resolve('tap/package.json')
@@ -36,23 +42,43 @@ function errorChain (err: unknown): string {
   return lines.join('\n  caused by: ')
 }
 
-let server: PostgresServer
+const args = process.argv.slice(2)
+const namesFiles = args.some(arg => !arg.startsWith('-') && /\.(ts|js|mjs)$/.test(arg))
+if (namesFiles) {
+  console.log('coverage: off (its thresholds are for the whole suite; `npm test` alone checks them)')
+  args.unshift('--disable-coverage')
+}
+
 const started = Date.now()
-try {
-  const choice = await chooseSource()
-  console.log(`test database: ${describeChoice(choice)}`)
-  server = await startPostgresServer(choice)
-} catch (err) {
-  console.error(`test database: could not start: ${errorChain(err)}`)
+const choice = await chooseSource().catch((err: unknown) => {
+  console.error(`test database: ${errorChain(err)}`)
+  process.exit(1)
+})
+console.log(`test database: ${describeChoice(choice)}`)
+// The build runs while the server starts: both take seconds, much of it waiting.
+const [starting, building] = await Promise.allSettled([startPostgresServer(choice), buildCheckout()])
+if (starting.status === 'rejected' || building.status === 'rejected') {
+  if (starting.status === 'rejected') console.error(`test database: could not start: ${errorChain(starting.reason)}`)
+  if (building.status === 'rejected') console.error(`the build of the checkout failed: ${errorChain(building.reason)}`)
+  if (starting.status === 'fulfilled') await starting.value.stop()
+  if (building.status === 'fulfilled') await rm(building.value, { recursive: true, force: true })
   process.exit(1)
 }
-console.log(`test database: ${server.source} server ready after ${((Date.now() - started) / 1000).toFixed(1)} s; one database per test file`)
+const server: PostgresServer = starting.value
+const built = building.value
+const seconds = ((Date.now() - started) / 1000).toFixed(1)
+console.log(`test database: ${server.source} server ready and checkout built after ${seconds} s; one database per test file`)
 
 let exitCode = 1
 if (signalled === undefined) {
-  tap = spawn(process.execPath, [tapBin, ...process.argv.slice(2)], {
+  tap = spawn(process.execPath, [tapBin, ...args], {
     stdio: 'inherit',
-    env: { ...process.env, [SERVER_URL_VARIABLE]: server.url, [SERVER_SOURCE_VARIABLE]: server.source }
+    env: {
+      ...process.env,
+      [SERVER_URL_VARIABLE]: server.url,
+      [SERVER_SOURCE_VARIABLE]: server.source,
+      [BUILT_CHECKOUT_VARIABLE]: built
+    }
   })
   exitCode = await new Promise<number>(resolve => {
     tap?.on('exit', (code, signal) => { resolve(code ?? exitCodeFor(signal ?? 'SIGTERM')) })
@@ -67,4 +93,5 @@ try {
   console.error(`test database: could not stop the ${server.source} server: ${errorChain(err)}`)
   exitCode ||= 1
 }
+await rm(built, { recursive: true, force: true })
 process.exit(exitCode)

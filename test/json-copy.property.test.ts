@@ -14,7 +14,7 @@ import { testDatabase } from './helpers/database.js'
 
 /*
  * The list as the cache builds it from COPY's binary rows (db/json-copy.ts) is byte for byte what the route's
- * compiled serializer writes for the same rows, read as objects. Replay: FC_SEED=<seed> npx tap <this file>.
+ * compiled serializer writes for the same rows, read as objects. Replay: FC_SEED=<seed> npm test -- <this file>.
  */
 const seed = process.env.FC_SEED !== undefined && process.env.FC_SEED !== '' ? Number(process.env.FC_SEED) : Math.floor(Math.random() * 2 ** 31)
 t.comment(`fast-check seed ${seed}`)

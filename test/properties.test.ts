@@ -8,14 +8,14 @@ import { testDatabase } from './helpers/database.js'
 
 /*
  * Property-based tests over app.inject. Reproduce a failure with the seed (and
- * path) this file prints: FC_SEED=<seed> [FC_PATH=<path>] npx tap test/properties.test.ts
+ * path) this file prints: FC_SEED=<seed> [FC_PATH=<path>] npm test -- test/properties.test.ts
  * FC_RUNS multiplies the number of cases (default 1).
  */
 
 const seed = process.env.FC_SEED !== undefined && process.env.FC_SEED !== '' ? Number(process.env.FC_SEED) : Math.floor(Math.random() * 2 ** 31)
 const replayPath = process.env.FC_PATH !== undefined && process.env.FC_PATH !== '' ? process.env.FC_PATH : undefined
 const scale = Number(process.env.FC_RUNS ?? '1')
-t.comment(`fast-check seed ${seed} (replay: FC_SEED=${seed} npx tap test/properties.test.ts)`)
+t.comment(`fast-check seed ${seed} (replay: FC_SEED=${seed} npm test -- test/properties.test.ts)`)
 const params = (numRuns: number): fc.Parameters<unknown> => ({
   seed,
   numRuns: Math.max(1, Math.round(numRuns * scale)),

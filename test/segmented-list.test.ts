@@ -4,7 +4,7 @@ import { SEGMENT_IDS, SegmentedList, type ListBody } from '../src/machinery/segm
 
 /*
  * The segmented list alone (machinery/segmented-list.ts), against a model: a map of ids to their JSON, serialized
- * afresh after every step. Replay: FC_SEED=<seed> npx tap test/segmented-list.test.ts.
+ * afresh after every step. Replay: FC_SEED=<seed> npm test -- test/segmented-list.test.ts.
  */
 const seed = process.env.FC_SEED !== undefined && process.env.FC_SEED !== '' ? Number(process.env.FC_SEED) : Math.floor(Math.random() * 2 ** 31)
 t.comment(`fast-check seed ${seed}`)

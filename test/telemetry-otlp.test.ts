@@ -1,10 +1,5 @@
-import { execFile } from 'node:child_process'
-import { cp, mkdir, mkdtemp, rm, symlink } from 'node:fs/promises'
 import { createServer, type IncomingMessage } from 'node:http'
-import path from 'node:path'
-import { promisify } from 'node:util'
 import t, { type Test } from 'tap'
-import { serviceNodeFlags } from '../bench/start-command.js'
 import { TEST_KEY } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { freePort } from './helpers/ports.js'
@@ -19,17 +14,7 @@ import { startServer, type ServerProcess } from './helpers/server-process.js'
  */
 
 t.setTimeout(240000)
-const run = promisify(execFile)
-const repo = process.cwd()
 const db = await testDatabase(t)
-
-// A build of this checkout of its own (dist/ of the working tree may be stale or absent).
-await mkdir(path.join(repo, '.cache'), { recursive: true })
-const built = await mkdtemp(path.join(repo, '.cache', 'otlp-'))
-t.teardown(async () => { await rm(built, { recursive: true, force: true }) })
-for (const entry of ['src', 'clients', 'packages', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) await cp(path.join(repo, entry), path.join(built, entry), { recursive: true })
-for (const entry of ['node_modules', 'migrations']) await symlink(path.join(repo, entry), path.join(built, entry))
-await run('npm', ['run', 'build', '--silent'], { cwd: built })
 
 interface Export { path: string, contentType: string, body: Buffer }
 
@@ -52,7 +37,7 @@ async function receiver (t: Test): Promise<{ url: string, received: Export[] }> 
 }
 
 async function service (t: Test, env: Record<string, string>): Promise<ServerProcess> {
-  return await startServer(t, { DATABASE_URL: db.url, API_KEYS: TEST_KEY, LOG_LEVEL: 'debug', ...env }, { cwd: built, nodeArgs: [...serviceNodeFlags(), 'dist/server.js'] })
+  return await startServer(t, { DATABASE_URL: db.url, API_KEYS: TEST_KEY, LOG_LEVEL: 'debug', ...env })
 }
 
 async function tracedCreate (server: ServerProcess, traceId: string): Promise<void> {

@@ -1,10 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
+import { serviceNodeFlags } from '../../bench/start-command.js'
+import { builtCheckout } from './built-checkout.js'
 import { freePort } from './ports.js'
 
 /*
- * The service as a real process, started as `npm start` starts it (src/server.ts,
- * through tsx): real sockets, real signals, real exit codes, its whole output.
+ * The service as a real process, started as `npm start` starts it (the run's build, with npm
+ * start's node flags): real sockets, real signals, real exit codes, its whole output.
  */
 
 interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
@@ -23,11 +25,11 @@ export interface ServerProcess {
 }
 
 export interface SpawnOptions {
-  /** Working directory (a checkout); this repository by default. */
+  /** Working directory (a checkout): there the service runs from its sources through tsx; by default the run's build. */
   cwd?: string
   /** Wait for "Server listening" before returning (default true). */
   listening?: boolean
-  /** What node runs instead of `--import tsx src/server.ts` (a built dist/, as npm start runs it). */
+  /** What node runs instead (with `cwd`, `--import tsx src/server.ts` by default). */
   nodeArgs?: string[]
   /** Run as this user (the test runs as root). */
   user?: { uid: number, gid: number }
@@ -39,14 +41,17 @@ const TEARDOWN_TIMEOUT_MS = 15000
 /** Only PATH and HOME come from the test's own environment: the server sees exactly `env`. */
 export async function startServer (t: Teardown, env: Record<string, string>, options: SpawnOptions = {}): Promise<ServerProcess> {
   const port = env.PORT !== undefined ? Number(env.PORT) : await freePort()
-  const node = [process.execPath, ...(options.nodeArgs ?? ['--import', 'tsx', 'src/server.ts'])]
+  const fromBuild = options.cwd === undefined && options.nodeArgs === undefined
+  const cwd = fromBuild ? await builtCheckout(t) : options.cwd
+  const nodeArgs = fromBuild ? [...serviceNodeFlags(), 'dist/server.js'] : options.nodeArgs ?? ['--import', 'tsx', 'src/server.ts']
+  const node = [process.execPath, ...nodeArgs]
   // As another user through setpriv, without the NODE_OPTIONS tap adds to follow subprocesses: their
   // coverage files would be written as that user into the test's .tap directory, and fail the exit.
   const command = options.user === undefined
     ? node
     : ['setpriv', `--reuid=${options.user.uid}`, `--regid=${options.user.gid}`, '--clear-groups', 'env', '-u', 'NODE_OPTIONS', ...node]
   const child = spawn(command[0] ?? '', command.slice(1), {
-    cwd: options.cwd,
+    cwd,
     // No coverage from the server process: tsx compiles src/*.ts differently from tap's loader (another source
     // map for the same file), and when tap's report took tsx's map for a file it dropped that file's coverage
     // from every test (CI: src/ at 100 % with no statements, or 78 % with a few files left, under the threshold).
