@@ -14,5 +14,4 @@ if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 prometheus --version 2>&1 | head -1
-npm run build --silent
 exec node --import tsx scripts/run-tests.ts --disable-coverage test/prometheus/*.test.ts

@@ -8,7 +8,6 @@
 # Environment (optional):
 #   TOPOLOGY_PORTS=6400-6449   ports for clusters, proxies and instances (default: free ports below the ephemeral range)
 #   TOPOLOGY_LOAD_MS=15000     how long backends are terminated under load
-#   SKIP_BUILD=1               use the existing dist/
 #   TOPOLOGY_SERVICE_DIR=DIR   run another checkout's build (to watch the tests fail on old code)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,9 +28,8 @@ if ! command -v pg_createcluster >/dev/null || ! ls /usr/lib/postgresql/*/bin/po
 fi
 echo "== PostgreSQL $(ls /usr/lib/postgresql | sort -n | tail -1) from Debian's packages"
 
-if [ "${SKIP_BUILD:-0}" != 1 ]; then npm run build --silent; fi
-
+# scripts/run-tests.ts builds the checkout once for the instances (and starts a PostgreSQL the tests do not use).
 rc=0
-npx tap --disable-coverage --jobs=1 --timeout=900 test/topology/*.test.ts || rc=$?
+node --import tsx scripts/run-tests.ts --disable-coverage --jobs=1 --timeout=900 test/topology/*.test.ts || rc=$?
 echo "== test:topology took $(( $(date +%s) - started ))s in all (exit $rc)"
 exit "$rc"

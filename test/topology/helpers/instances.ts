@@ -4,17 +4,20 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
+import { BUILT_CHECKOUT_VARIABLE } from '../../helpers/built-checkout.js'
 import { nextPort } from './ports.js'
 
 /*
  * Instances of the service as production runs them: `node <npm start's flags>
  * dist/server.js` with NODE_ENV=production, each its own process (an uncaught
  * error ends it, as it would in production, and the test sees the exit).
- * dist/ must be built (npm run test:topology builds it). TOPOLOGY_SERVICE_DIR
- * runs another checkout's build instead (to watch a test fail on old code).
+ * They run the test run's build (test/helpers/built-checkout.ts), else this checkout's dist/.
+ * TOPOLOGY_SERVICE_DIR runs another checkout's build instead (to watch a test fail on old code).
  */
 
-const serviceDir = process.env.TOPOLOGY_SERVICE_DIR ?? fileURLToPath(new URL('../../..', import.meta.url))
+const serviceDir = process.env.TOPOLOGY_SERVICE_DIR ??
+  process.env[BUILT_CHECKOUT_VARIABLE] ??
+  fileURLToPath(new URL('../../..', import.meta.url))
 
 export interface Instance {
   name: string
