@@ -9,11 +9,12 @@ import t from 'tap'
 import { runMigrations } from '../src/db/migrate.js'
 import { HELP, parse } from '../src/keys/arguments.js'
 import { testApp } from './helpers/app.js'
+import { builtCheckout } from './helpers/built-checkout.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
 
 /*
- * `npm run keys` as a real process (src/keys/command.ts through tsx, as dist/keys/command.js runs it), on the
+ * `npm run keys` as a real process (the run's build: dist/keys/command.js, as npm run keys runs it), on the
  * service's database; the rules for its arguments (src/keys/arguments.ts) in this process.
  */
 
@@ -21,13 +22,14 @@ t.setTimeout(240000)
 const db = await testDatabase(t)
 await runMigrations(db.url, { info: () => {}, warn: () => {}, error: () => {} })
 const run = promisify(execFile)
+const command = path.join(await builtCheckout(t), 'dist', 'keys', 'command.js')
 
 interface Outcome { code: number, stdout: string, stderr: string }
 /** Not the service's: any connection there is refused, so a command that tried to connect would say so. */
 const NO_DATABASE = { DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }
 
 async function keys (args: string[], env: Record<string, string> = { DATABASE_URL: db.url }): Promise<Outcome> {
-  const child = run(process.execPath, ['--import', 'tsx', 'src/keys/command.ts', ...args],
+  const child = run(process.execPath, [command, ...args],
     { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, timeout: 60000 })
   return await child.then(({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
     (err: { code: number, stdout: string, stderr: string }) => ({ code: err.code, stdout: err.stdout, stderr: err.stderr }))
@@ -155,7 +157,7 @@ t.test('list into a reader that stops early (keys list | head): exit 0, nothing 
   t.teardown(async () => {
     await withClient(db.url, async c => await c.query("DELETE FROM api_keys WHERE name LIKE 'bulk %'"))
   })
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/keys/command.ts', 'list'],
+  const child = spawn(process.execPath, [command, 'list'],
     { env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: db.url } })
   let stderr = ''
   child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
@@ -177,7 +179,7 @@ const EXIT_AFTER_ANSWER_MS = 15000
 /** The command with no DATABASE_URL; whether it exited within EXIT_AFTER_ANSWER_MS of its first output on stdout. */
 async function keysEmbedded (args: string[], dataDir: string): Promise<Outcome & { exitedInTime: boolean }> {
   const env = { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir }
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/keys/command.ts', ...args], { env })
+  const child = spawn(process.execPath, [command, ...args], { env })
   let stdout = ''
   let stderr = ''
   child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
