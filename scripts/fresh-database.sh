@@ -1,4 +1,4 @@
-# Sourced by the container and cluster tests: a fresh database for one test run.
+# Sourced by scripts/test-cluster.sh: a fresh database for one test run.
 # fresh_database NAME EMBEDDED_PORT
 #   Creates database NAME on ADMIN_DATABASE_URL (default: the machine's PostgreSQL);
 #   when no PostgreSQL answers there, starts the embedded one from node_modules in

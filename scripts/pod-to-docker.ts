@@ -3,7 +3,7 @@ import { parseAllDocuments } from 'yaml'
 
 /**
  * Turns the pod a rendered Helm chart describes (a Deployment's or a Job's first container)
- * into `docker run` arguments with the same constraints, for scripts/test-helm-image.sh.
+ * into `docker run` arguments with the same constraints, for `scripts/test-deployment.sh helm`.
  * A setting it cannot reproduce on Docker is an error, not skipped: the proof must not
  * silently run something weaker than what Kubernetes would.
  *

@@ -1,4 +1,4 @@
-// PostgreSQL for the deployment tests (test-container.sh, test-cluster.sh).
+// PostgreSQL for scripts/test-cluster.sh (through scripts/fresh-database.sh).
 //
 //   node scripts/test-postgres.mjs create NAME   -> prints the URL of a new, empty database
 //        NAME on the server in ADMIN_DATABASE_URL (default: the machine's

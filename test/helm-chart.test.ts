@@ -17,7 +17,7 @@ import { testDatabase } from './helpers/database.js'
  * The Helm chart, rendered by the real helm (v4, from the pinned CDK layer's tarball) and checked
  * against the Kubernetes API schemas (kubernetes-models) and against what the repository
  * knows: the app's probe routes, the shutdown defaults of src/config.ts, the hardening of
- * scripts/test-container.sh, the compose file's migration command. scripts/test-helm-image.sh
+ * scripts/test-deployment.sh, the compose file's migration command. `scripts/test-deployment.sh helm`
  * runs the rendered container spec on a real engine.
  */
 const chart = 'deploy/helm/petstore'
@@ -179,7 +179,7 @@ t.test('the grace period outlasts the drain and the close, with the defaults of 
 })
 
 t.test('the security context is what test:container runs the image with', async t => {
-  const script = readFileSync('scripts/test-container.sh', 'utf8')
+  const script = readFileSync('scripts/test-deployment.sh', 'utf8')
   const hardened = /^hardened=\((.*)\)$/m.exec(script)?.[1]?.split(/\s+/) ?? []
   t.ok(hardened.length > 0, `test:container's flags: ${hardened.join(' ')}`)
   t.match(readFileSync('Dockerfile', 'utf8'), /^USER node$/m, 'the image runs as node (uid 1000 in the Node images)')
