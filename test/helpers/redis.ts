@@ -28,12 +28,13 @@ export interface TestRedis {
 
 interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
 
-export async function testRedis (t: Teardown, options: { password?: string } = {}): Promise<TestRedis> {
+/** `port`: a fixed one (default: a free port), for a run given its own range. */
+export async function testRedis (t: Teardown, options: { password?: string, port?: number } = {}): Promise<TestRedis> {
   if (spawnSync('redis-server', ['--version']).error !== undefined) {
     throw new Error('redis-server is not installed: run `npm run test:redis`, which installs it from Debian\'s packages')
   }
   const dir = await mkdtemp(path.join(tmpdir(), 'petstore-redis-'))
-  const port = await freePort()
+  const port = options.port ?? await freePort()
   const auth = options.password === undefined ? '' : `:${encodeURIComponent(options.password)}@`
   let child: ChildProcess | undefined
   const clients: Redis[] = []

@@ -5,6 +5,7 @@ import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { ensureDebianPackage } from '../../helpers/debian-package.js'
 import { nextPort } from './ports.js'
 
 /*
@@ -27,23 +28,9 @@ export interface PgBouncer {
 
 interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
 
-function installed (): boolean {
-  try {
-    execFileSync('pgbouncer', ['--version'], { stdio: 'ignore' })
-    return true
-  } catch {
-    return false
-  }
-}
-
-/** Installs PgBouncer from Debian's packages once, as scripts/test-cluster.sh does for HAProxy. */
+/** Installs PgBouncer from Debian's packages when it is missing; its version. */
 export function ensurePgBouncer (): string {
-  if (!installed()) {
-    if (process.getuid?.() !== 0) throw new Error('pgbouncer is not installed, and installing it needs root: apt-get install -y pgbouncer')
-    execFileSync('apt-get', ['update', '-qq'], { stdio: 'ignore' })
-    execFileSync('apt-get', ['install', '-y', '-qq', 'pgbouncer'], { stdio: 'ignore', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } })
-  }
-  return execFileSync('pgbouncer', ['--version'], { encoding: 'utf8' }).split('\n')[0] ?? ''
+  return ensureDebianPackage('pgbouncer', ['--version'])
 }
 
 /** PgBouncer refuses to run as root: as root it is started as this user (`-u`), which must read its files. */
