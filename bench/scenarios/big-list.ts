@@ -1,6 +1,6 @@
 // big-list: the one answer the contract lets grow without bound, read by curl in phases (bench/README.md).
 import { once } from 'node:events'
-import { readFile } from 'node:fs/promises'
+import { readFile, rm } from 'node:fs/promises'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import path from 'node:path'
@@ -9,8 +9,10 @@ import { Worker } from 'node:worker_threads'
 import pg from 'pg'
 import { to as copyTo } from 'pg-copy-streams'
 import { cpuSeconds, peakRssBytes, resetPeakRss } from '../proc-stats.js'
-import { type ScenarioGroup, type Verdict, mb, ratioText, row } from '../report.js'
-import { AUTH, LIST_PATH, curlGet, log, median, numberFromEnv, seedLongRows, startServer } from '../servers.js'
+import { type ScenarioGroup, type Verdict, mb, ratioText, row, verdict } from '../report.js'
+import {
+  AUTH, LIST_PATH, WORK_DIR, curlGet, log, median, numberFromEnv, seedLongRows, startServer
+} from '../servers.js'
 import { settings } from '../wrk.js'
 
 const ROWS = numberFromEnv('BIG_ROWS', 1_000_000)
@@ -106,10 +108,10 @@ type Round = Map<string, Array<{ ms: number, stall: number }>>
 const msOf = (round: Round, phase: string): number => median(round.get(phase)?.map(t => t.ms) ?? [])
 const stallOf = (round: Round, phase: string): number => Math.max(0, ...(round.get(phase)?.map(t => t.stall) ?? []))
 
-async function oneRound (databaseUrl: string, workDir: string, round: number):
+async function oneRound (databaseUrl: string, round: number):
 Promise<{ timings: Round, peakRss: number, bodyBytes: number }> {
   const starting = performance.now()
-  const server = await startServer('service', workDir, databaseUrl, { label: `big-list-${round}` })
+  const server = await startServer('service', databaseUrl, { label: `big-list-${round}` })
   const timings: Round = new Map([
     [READY, [{ ms: performance.now() - starting, stall: 0 }]],
     [READY_CPU, [{ ms: cpuSeconds(server.pid) * 1000, stall: 0 }]]
@@ -129,11 +131,12 @@ Promise<{ timings: Round, peakRss: number, bodyBytes: number }> {
     const fresh = async (): Promise<number> => (await curlGet(list)).totalMs
     // To /dev/null like every timed GET; the bytes for node:http are fetched after, untimed (a file costs the disk).
     await timed(FIRST, fresh)
-    const bodyFile = path.join(workDir, 'big-list.json')
+    const bodyFile = path.join(WORK_DIR, 'big-list.json')
     await curlGet(list, {}, bodyFile)
     await timed(IDLE, async () => await new Promise(resolve => setTimeout(() => resolve(IDLE_MS), IDLE_MS)))
     await timed(COPY, async () => await copyMs(databaseUrl))
     const body = await readFile(bodyFile)
+    await rm(bodyFile)
     plain = await staticServer(body)
     const plainUrl = `http://127.0.0.1:${(plain.address() as AddressInfo).port}${LIST_PATH}`
     for (let i = 0; i < WARM_GETS; i++) {
@@ -162,12 +165,12 @@ Promise<{ timings: Round, peakRss: number, bodyBytes: number }> {
 
 function verdicts (rounds: Round[], peakRss: number, bodyBytes: number): Verdict[] {
   const scenario = `big list, ${ROWS.toLocaleString('en')} rows`
-  const verdict = (target: string, measured: string, met: boolean): Verdict => ({ scenario, target, measured, met })
+  const check = (target: string, measured: string, met: boolean): Verdict => verdict(scenario, target, measured, met)
   const overall = (phase: string): number => median(rounds.map(round => msOf(round, phase)))
   /** A phase's time over the warm GET's, in every round. */
   const overWarm = (phase: string, max: number): Verdict => {
     const ratios = rounds.map(round => msOf(round, phase) / msOf(round, WARM))
-    return verdict(`${phase} ≤ ${max} × the warm GET, every round`, ratios.map(r => ratioText(r)).join(', '),
+    return check(`${phase} ≤ ${max} × the warm GET, every round`, ratios.map(r => ratioText(r)).join(', '),
       ratios.every(r => r <= max))
   }
   const slowest = (phases: string[]): number => Math.max(...rounds.flatMap(round => phases.map(p => stallOf(round, p))))
@@ -179,15 +182,15 @@ function verdicts (rounds: Round[], peakRss: number, bodyBytes: number): Verdict
   const any = slowest([FIRST, COPY, STATIC, WARM, CONCURRENT, ...AFTER])
   const rss = peakRss / bodyBytes
   return [
-    verdict(`ready within ${READY_WITHIN_MS / 1000} s of the start, every round`,
+    check(`ready within ${READY_WITHIN_MS / 1000} s of the start, every round`,
       `${(ready / 1000).toFixed(1)} s (the build ${buildOverCopy} × COPY in CPU)`, ready <= READY_WITHIN_MS),
     overWarm(FIRST, FIRST_OVER_WARM),
-    verdict(`warm GET ≤ ${WARM_OVER_STATIC} × node:http`, ratioText(warmOverStatic), staticMet),
+    check(`warm GET ≤ ${WARM_OVER_STATIC} × node:http`, ratioText(warmOverStatic), staticMet),
     ...AFTER.map(phase => overWarm(phase, AFTER_WRITE_OVER_WARM)),
-    verdict(`no probe answer over ${STALL_MS} ms after a write`, `${afterWrite.toFixed(0)} ms`, afterWrite <= STALL_MS),
-    verdict(`no probe answer over ${STALL_MS} ms in any phase`,
+    check(`no probe answer over ${STALL_MS} ms after a write`, `${afterWrite.toFixed(0)} ms`, afterWrite <= STALL_MS),
+    check(`no probe answer over ${STALL_MS} ms in any phase`,
       `${any.toFixed(0)} ms (idle ${slowest([IDLE]).toFixed(0)} ms)`, any <= STALL_MS),
-    verdict(`peak RSS ≤ ${RSS_OVER_BODY} × the body`, `${ratioText(rss)} (${mb(peakRss)} MB)`, rss <= RSS_OVER_BODY)
+    check(`peak RSS ≤ ${RSS_OVER_BODY} × the body`, `${ratioText(rss)} (${mb(peakRss)} MB)`, rss <= RSS_OVER_BODY)
   ]
 }
 
@@ -196,12 +199,12 @@ export const bigList: ScenarioGroup = {
   byDefault: false,
   run: async (postgres) => {
     const databaseUrl = await postgres.createDatabase('big')
-    await seedLongRows(databaseUrl, ROWS, postgres.workDir)
+    await seedLongRows(databaseUrl, ROWS)
     const done: Round[] = []
     let peakRss = 0
     let bodyBytes = 0
     for (let round = 1; round <= settings({ rounds: DEFAULT_ROUNDS }).rounds; round++) {
-      const result = await oneRound(databaseUrl, postgres.workDir, round)
+      const result = await oneRound(databaseUrl, round)
       done.push(result.timings)
       peakRss = Math.max(peakRss, result.peakRss)
       bodyBytes = result.bodyBytes

@@ -2,12 +2,14 @@
  * compression: the list compressed once per version and coding. curl GETs the list as it is, in gzip and in Brotli:
  * the first GET of each coding (compressed then), the next (compressed already) and the first after a create.
  */
-import { readFile } from 'node:fs/promises'
+import { readFile, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { brotliDecompressSync, gunzipSync } from 'node:zlib'
 import { cpuSeconds } from '../proc-stats.js'
-import { type ScenarioGroup, header, row } from '../report.js'
-import { AUTH, LIST_PATH, curlGet, log, metricTotal, numberFromEnv, seedLongRows, startServer } from '../servers.js'
+import { type ScenarioGroup, header, row, verdict } from '../report.js'
+import {
+  AUTH, LIST_PATH, WORK_DIR, curlGet, log, metricTotal, numberFromEnv, seedLongRows, startServer
+} from '../servers.js'
 
 const ROWS = numberFromEnv('COMPRESSION_ROWS', 1_000_000)
 const LINK_BITS_PER_SECOND = 100e6
@@ -23,8 +25,8 @@ export const compression: ScenarioGroup = {
   byDefault: false,
   run: async (postgres) => {
     const databaseUrl = await postgres.createDatabase('compression')
-    await seedLongRows(databaseUrl, ROWS, postgres.workDir)
-    const server = await startServer('service', postgres.workDir, databaseUrl, { label: 'compression' })
+    await seedLongRows(databaseUrl, ROWS)
+    const server = await startServer('service', databaseUrl, { label: 'compression' })
     const list = `${server.url}${LIST_PATH}`
     const lines = [
       `${ROWS.toLocaleString('en')} rows, curl on loopback (the body not decoded); the link time is the bytes at ` +
@@ -53,20 +55,20 @@ export const compression: ScenarioGroup = {
       if (created.status !== 201) throw new Error(`the create answered ${created.status}`)
       for (const coding of COMPRESSED) await timed(coding, 'first after a create')
       // Each compressed body decodes to the identity body (test/ checks the tags).
-      const file = (coding: string): string => path.join(postgres.workDir, `compression.${coding}`)
+      const file = (coding: string): string => path.join(WORK_DIR, `compression.${coding}`)
       await curlGet(list, { 'accept-encoding': 'identity' }, file('identity'))
+      const identity = await readFile(file('identity'))
       for (const coding of COMPRESSED) {
         await curlGet(list, { 'accept-encoding': coding }, file(coding))
-        const decoded = DECODE[coding](await readFile(file(coding)))
-        if (!decoded.equals(await readFile(file('identity')))) throw new Error(`the ${coding} body is not the list`)
+        if (!DECODE[coding](await readFile(file(coding))).equals(identity)) throw new Error(`${coding}: not the list`)
       }
+      await Promise.all(CODINGS.map(async coding => await rm(file(coding))))
       count = await metricTotal(server, 'categories_list_compressions_total')
     } finally {
       await server.stop()
     }
-    const target = 'each list version compressed once per coding'
     const measured = `${count} compressions, ${COMPRESSED.length} codings, two list versions`
-    const verdict = { scenario: 'compression', target, measured, met: count === COMPRESSED.length * 2 }
-    return { title: 'Compression', lines, verdicts: [verdict] }
+    const once = verdict('compression', 'each list version compressed once per coding', measured, count === 4)
+    return { title: 'Compression', lines, verdicts: [once] }
   }
 }

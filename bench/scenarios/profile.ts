@@ -2,26 +2,22 @@
  * profile: where each microsecond of a request goes (bench/README.md). Each measured window is cut out of V8's
  * profile by time: its clock and process.hrtime are both monotonic.
  */
-import { mkdir, readdir, readFile, rm } from 'node:fs/promises'
+import { readdir, readFile, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { cpuSplit, postgresCpuSeconds } from '../proc-stats.js'
 import { type ScenarioGroup, header, row } from '../report.js'
-import {
-  AUTH, LIST_PATH, type Postgres, ROOT, type RunningServer, type ServerKind, log, metricTotal, startSeeded
-} from '../servers.js'
+import { AUTH, LIST_PATH, ROOT, type RunningServer, log, metricTotal, startSeeded } from '../servers.js'
 import { type LoadKind, runLoad, settings } from '../wrk.js'
 
 const ROWS = 100
 const INTERVAL_US = 250
-const OUT = path.join(ROOT, 'bench', '.tmp', 'profiles')
-const SERVERS = (process.env.PROFILE_SERVERS ?? 'service').split(',').filter(s => s !== '') as ServerKind[]
+const OUT = path.join(ROOT, 'bench', '.tmp', 'profile')
 const WINDOWS: Array<{ id: string, title: string, kind: LoadKind }> = [
   { id: 'get100', title: 'GET list, 100 rows', kind: 'get' },
   { id: 'etag', title: 'GET with If-None-Match (304)', kind: 'get' },
   { id: 'post', title: 'POST (a create)', kind: 'post' }
 ]
-const MEASURES = ['http_request_duration_seconds_sum', 'http_request_duration_seconds_count',
-  'categories_insert_batch_rows_sum', 'categories_insert_batch_rows_count']
+const BATCHES = ['categories_insert_batch_rows_sum', 'categories_insert_batch_rows_count']
 
 interface CallFrame { functionName: string, url: string }
 interface ProfileNode { id: number, callFrame: CallFrame, children?: number[] }
@@ -95,17 +91,17 @@ interface Window {
   rps: number
   /** The process's CPU time per request, user and kernel, from /proc. */
   cpuUs: number
-  budget: string[]
+  budget: string
 }
 
 /** One window under wrk, and the rest of a request's budget beside the profile. */
 async function profileWindow (server: RunningServer, window: typeof WINDOWS[number], etag: string,
-  postmasterPid: number | undefined): Promise<Window> {
+  postmasterPid: number): Promise<Window> {
   const { durationS, warmupS, connections } = settings()
   const headers = window.id === 'etag' ? { ...AUTH, 'if-none-match': etag } : AUTH
-  const measures = async (): Promise<number[]> =>
-    await Promise.all(MEASURES.map(async name => await metricTotal(server, name)))
-  const before = await measures()
+  const batches = async (): Promise<number[]> =>
+    await Promise.all(BATCHES.map(async name => await metricTotal(server, name)))
+  const before = await batches()
   let start = { us: 0, cpu: { user: 0, system: 0, children: 0 }, db: 0 }
   const result = await runLoad({ url: server.url, kind: window.kind, headers, connections, durationS, warmupS }, () => {
     start = { us: nowUs(), cpu: cpuSplit(server.pid), db: postgresCpuSeconds(postmasterPid) }
@@ -113,34 +109,25 @@ async function profileWindow (server: RunningServer, window: typeof WINDOWS[numb
   const toUs = nowUs()
   const cpu = cpuSplit(server.pid)
   const db = postgresCpuSeconds(postmasterPid)
-  const after = await measures()
-  const [seconds = 0, requests = 0, rows = 0, inserts = 0] = after.map((value, i) => value - (before[i] ?? 0))
+  const [rows = 0, inserts = 0] = (await batches()).map((value, i) => value - (before[i] ?? 0))
   const perRequest = (s: number): string => `${(s * 1e6 / result.total).toFixed(1)} µs`
   const user = cpu.user - start.cpu.user
   const kernel = cpu.system - start.cpu.system
-  const budget = [
-    `- CPU per request: the process ${perRequest(user)} in user space and ${perRequest(kernel)} in the kernel; ` +
-      `PostgreSQL ${perRequest(db - start.db)}; wrk ${perRequest(result.cpuSeconds)}`
-  ]
-  if (requests > 0) {
-    budget.push(`- a request took ${(seconds / requests * 1e6).toFixed(0)} µs on average from its first byte to ` +
-      `its answer (the service's histogram, warm-up included); wrk's p50 ${result.p50} ms`)
-  }
-  const perInsert = (rows / inserts).toFixed(1)
-  if (inserts > 0) budget.push(`- group commit: ${rows} rows in ${inserts} INSERTs, ${perInsert} a statement`)
+  const perInsert = inserts === 0 ? '' : `; ${(rows / inserts).toFixed(1)} rows an INSERT (warm-up included)`
+  const budget = `CPU per request: the process ${perRequest(user)} in user space and ${perRequest(kernel)} in the ` +
+    `kernel; PostgreSQL ${perRequest(db - start.db)}; wrk ${perRequest(result.cpuSeconds)}${perInsert}.`
   const cpuUs = (user + kernel) * 1e6 / result.total
   return { title: window.title, fromUs: start.us, toUs, rps: result.rps, cpuUs, budget }
 }
 
-function windowLines (kind: ServerKind, window: Window, byPart: Map<string, number>): string[] {
+function windowLines (window: Window, byPart: Map<string, number>): string[] {
   const busyUs = [...byPart.values()].reduce((total, us) => total + us, 0)
   const cells = (us: number): string[] =>
     [(us / busyUs * window.cpuUs).toFixed(2), `${(us / busyUs * 100).toFixed(1)} %`]
   return [
-    `### ${kind}, ${window.title}: ${window.rps.toFixed(0)} req/s profiled, **${window.cpuUs.toFixed(2)} µs of CPU a ` +
-      'request** (every thread, from /proc)',
+    `### ${window.title}: ${window.rps.toFixed(0)} req/s profiled, **${window.cpuUs.toFixed(2)} µs of CPU a request**`,
     '',
-    ...window.budget,
+    window.budget,
     '',
     ...header(['part of the request path', 'µs/request', 'share']),
     ...[...byPart].sort((a, b) => b[1] - a[1]).map(([part, us]) => row([part.replace(/\|/g, '\\|'), ...cells(us)])),
@@ -148,37 +135,34 @@ function windowLines (kind: ServerKind, window: Window, byPart: Map<string, numb
   ]
 }
 
-async function profileServer (kind: ServerKind, postgres: Postgres): Promise<string[]> {
-  const wanted = (process.env.PROFILE_SCENARIOS ?? 'get100,etag,post').split(',')
-  const dir = path.join(OUT, kind)
-  await rm(dir, { recursive: true, force: true })
-  await mkdir(dir, { recursive: true })
-  const nodeArgs = ['--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-interval=${INTERVAL_US}`]
-  const { server } = await startSeeded(kind, postgres, ROWS, { label: `profile-${kind}`, nodeArgs })
-  const windows: Window[] = []
-  try {
-    const first = await fetch(`${server.url}${LIST_PATH}`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
-    await first.arrayBuffer()
-    for (const window of WINDOWS.filter(w => wanted.includes(w.id))) {
-      windows.push(await profileWindow(server, window, first.headers.get('etag') ?? '"none"', postgres.postmasterPid))
-      log(`profile ${kind} ${window.id}: ${windows.at(-1)?.rps.toFixed(0)} req/s`)
-    }
-  } finally {
-    await server.stop() // the profile is written as the process exits
-  }
-  // CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile: the main thread is thread 0 (tsx's loader writes its own).
-  const file = (await readdir(dir)).filter(f => /^CPU\.\d+\.\d+\.\d+\.0\.\d+\.cpuprofile$/.test(f)).sort().at(-1)
-  if (file === undefined) throw new Error(`no .cpuprofile in ${dir}`)
-  const cpuProfile = JSON.parse(await readFile(path.join(dir, file), 'utf8')) as CpuProfile
-  return windows.flatMap(window => windowLines(kind, window, cut(cpuProfile, window.fromUs, window.toUs)))
-}
-
 export const profile: ScenarioGroup = {
   ids: ['profile'],
   byDefault: false,
   run: async (postgres) => {
-    const lines = [`V8's sampling profiler every ${INTERVAL_US} µs; it slows a server: compare parts, not rates.`, '']
-    for (const kind of SERVERS) lines.push(...await profileServer(kind, postgres))
+    const wanted = (process.env.PROFILE_SCENARIOS ?? 'get100,etag,post').split(',')
+    await rm(OUT, { recursive: true, force: true })
+    const nodeArgs = ['--cpu-prof', `--cpu-prof-dir=${OUT}`, `--cpu-prof-interval=${INTERVAL_US}`]
+    const { server } = await startSeeded('service', postgres, ROWS, { label: 'profile', nodeArgs })
+    const windows: Window[] = []
+    try {
+      const first = await fetch(`${server.url}${LIST_PATH}`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
+      await first.arrayBuffer()
+      for (const window of WINDOWS.filter(w => wanted.includes(w.id))) {
+        windows.push(await profileWindow(server, window, first.headers.get('etag') ?? '', postgres.postmasterPid))
+        log(`profile ${window.id}: ${windows.at(-1)?.rps.toFixed(0)} req/s`)
+      }
+    } finally {
+      await server.stop() // the profile is written as the process exits
+    }
+    // CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile: the main thread is thread 0.
+    const file = (await readdir(OUT)).find(f => /^CPU\.\d+\.\d+\.\d+\.0\.\d+\.cpuprofile$/.test(f))
+    if (file === undefined) throw new Error(`no .cpuprofile in ${OUT}`)
+    const cpuProfile = JSON.parse(await readFile(path.join(OUT, file), 'utf8')) as CpuProfile
+    const lines = [
+      `V8's sampling profiler every ${INTERVAL_US} µs; it slows the service: compare parts, not rates. CPU from /proc.`,
+      '',
+      ...windows.flatMap(window => windowLines(window, cut(cpuProfile, window.fromUs, window.toUs)))
+    ]
     return { title: 'Where the time of a request goes', lines, verdicts: [] }
   }
 }

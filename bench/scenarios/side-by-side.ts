@@ -1,10 +1,10 @@
 // The service beside the Fastify baselines and the database-backed peers, in phases (bench/README.md).
 import { execFileSync } from 'node:child_process'
 import path from 'node:path'
-import { cpuSeconds, machineBusyCpuSeconds, peakRssBytes, postgresCpuSeconds, resetPeakRss } from '../proc-stats.js'
-import { type ScenarioGroup, type Verdict, header, mb, ratioText, rotate, row } from '../report.js'
+import { cpuSeconds, machineBusyCpuSeconds, peakRssBytes, resetPeakRss } from '../proc-stats.js'
+import { type ScenarioGroup, type Verdict, header, mb, ratioText, rotate, row, verdict } from '../report.js'
 import {
-  AUTH, DATABASE_PEERS, IN_MEMORY, LIST_PATH, type Postgres, ROOT, type RunningServer, type ServerKind, log,
+  AUTH, DATABASE_PEERS, LIST_PATH, type Postgres, ROOT, type RunningServer, type ServerKind, log,
   numberFromEnv, restoreTable, seedJson, sql, startSeeded
 } from '../servers.js'
 import { type LoadKind, type LoadResult, type LoadSpec, runLoad, settings } from '../wrk.js'
@@ -86,8 +86,8 @@ interface Measurement extends LoadResult {
   scenario: string
   /** Over the measured window. */
   peakRssBytes: number
-  /** % of one core over the measured window: the server, PostgreSQL, wrk, and the rest of the machine. */
-  cpu: { server: number, db: number, load: number, other: number }
+  /** % of one core over the measured window: the server's, and the whole machine's (a busy one shows here). */
+  cpu: { server: number, machine: number }
   /** Requests per CPU second of the server process: steadier than req/s when others share the machine. */
   perCpuSecond: number
   rounds: number[]
@@ -110,27 +110,22 @@ function ratio (results: Measurement[], target: Target): number | undefined {
   return service.rps / other.rps
 }
 
-async function measure (scenario: Scenario, server: RunningServer, spec: LoadSpec, postgres: Postgres):
-Promise<Measurement> {
-  let start = { at: 0, server: 0, db: 0, machine: 0 }
+async function measure (scenario: Scenario, server: RunningServer, spec: LoadSpec): Promise<Measurement> {
+  let start = { at: 0, server: 0, machine: 0 }
   const result = await runLoad(spec, () => {
     resetPeakRss(server.pid)
-    const db = postgresCpuSeconds(postgres.postmasterPid)
-    start = { at: performance.now(), server: cpuSeconds(server.pid), db, machine: machineBusyCpuSeconds() }
+    start = { at: performance.now(), server: cpuSeconds(server.pid), machine: machineBusyCpuSeconds() }
   })
   const elapsedS = (performance.now() - start.at) / 1000
   // Never below zero: a process that exits during the window takes its CPU time with it.
   const percent = (seconds: number): number => Math.max(0, Math.round(seconds / elapsedS * 100))
   const serverCpu = percent(cpuSeconds(server.pid) - start.server)
-  const db = IN_MEMORY.includes(server.kind) ? 0 : percent(postgresCpuSeconds(postgres.postmasterPid) - start.db)
-  const load = percent(result.cpuSeconds)
-  const other = Math.max(0, percent(machineBusyCpuSeconds() - start.machine) - serverCpu - db - load)
   return {
     ...result,
     server: server.kind,
     scenario: scenario.id,
     peakRssBytes: peakRssBytes(server.pid),
-    cpu: { server: serverCpu, db, load, other },
+    cpu: { server: serverCpu, machine: percent(machineBusyCpuSeconds() - start.machine) },
     perCpuSecond: serverCpu === 0 ? 0 : result.rps / (serverCpu / 100),
     rounds: [result.rps]
   }
@@ -217,12 +212,12 @@ Promise<void> {
       for (let round = 0; round < settings().rounds; round++) {
         for (const kind of rotate(mine, round)) {
           const { server, databaseUrl } = started.get(kind) as { server: RunningServer, databaseUrl: string }
-          const m = await measure(scenario, server, await loadFor(scenario, server, databaseUrl, results), postgres)
+          const m = await measure(scenario, server, await loadFor(scenario, server, databaseUrl, results))
           byServer.get(kind)?.push(m)
           // wrk does not tell a 304 from a 200, but a 304 has no body.
           if (scenario.id === 'etag' && m.bytesPerResponse > expectedBytes / 2) throw new Error(`${kind}: no 304s`)
           if (scenario.kind !== 'get' && databaseUrl !== '') await restoreTable(databaseUrl, rows)
-          log(`${kind} ${scenario.title}, round ${round + 1}: ${m.rps.toFixed(0)} req/s, other CPU ${m.cpu.other}%`)
+          log(`${kind} ${scenario.title}, round ${round + 1}: ${m.rps.toFixed(0)} req/s, machine CPU ${m.cpu.machine}%`)
         }
       }
       for (const kind of mine) results.push(combineRounds(byServer.get(kind) ?? []))
@@ -234,8 +229,6 @@ Promise<void> {
 
 function verdicts (results: Measurement[]): Verdict[] {
   const service = results.filter(r => r.server === 'service')
-  const verdict = (scenario: string, target: string, measured: string, met: boolean | undefined): Verdict =>
-    ({ scenario, target, measured, met })
   const measured = TARGETS.filter(t => find(results, 'service', t.scenario) !== undefined).map(target => {
     const value = ratio(results, target)
     const best = target.against === 'best peer' ? ` (${baseline(results, target.scenario, 'best peer')?.server})` : ''
@@ -268,11 +261,11 @@ function tables (results: Measurement[]): string[] {
     'Every measurement: the median round; failures and peak RSS over all rounds; CPU in % of one core.',
     '',
     ...header(['scenario', 'server', 'req/s', 'per CPU s', 'p99 ms', 'failures', 'bytes/resp', 'peak RSS MB',
-      'server CPU', 'db CPU', 'wrk CPU', 'other CPU', 'every round']),
+      'server CPU', 'machine CPU', 'every round']),
     ...scenarios.flatMap(s => results.filter(r => r.scenario === s.id).map(r => row([
       s.title, r.server, r.rps.toFixed(0), r.perCpuSecond.toFixed(0), String(r.p99), String(r.failures),
-      String(r.bytesPerResponse), mb(r.peakRssBytes), `${r.cpu.server}%`, `${r.cpu.db}%`, `${r.cpu.load}%`,
-      `${r.cpu.other}%`, r.rounds.map(rps => rps.toFixed(0)).join(' ')
+      String(r.bytesPerResponse), mb(r.peakRssBytes), `${r.cpu.server}%`, `${r.cpu.machine}%`,
+      r.rounds.map(rps => rps.toFixed(0)).join(' ')
     ])))
   ]
 }

@@ -3,7 +3,7 @@
  * speed the soak would measure a growing list instead of a leak.
  */
 import { peakRssBytes, resetPeakRss, rssBytes } from '../proc-stats.js'
-import { type ScenarioGroup, mb } from '../report.js'
+import { type ScenarioGroup, mb, verdict } from '../report.js'
 import { log, median, numberFromEnv, startSeeded } from '../servers.js'
 import { runLoad } from '../wrk.js'
 
@@ -47,10 +47,9 @@ export const soak: ScenarioGroup = {
         `- requests: ${result.total} (${result.rps.toFixed(0)} req/s), p50 ${result.p50} ms, p99 ${result.p99} ms`,
         `- RSS: start ${mb(startRss)} MB, end ${mb(endRss)} MB, growth ${grew}, peak ${mb(peakRssBytes(server.pid))} MB`
       ]
-      const { failures } = result
       const verdicts = [
-        { scenario: 'soak', target: 'no failed request', measured: String(failures), met: failures === 0 },
-        { scenario: 'soak', target: `RSS growth < ${MAX_GROWTH * 100} %`, measured: grew, met: growth < MAX_GROWTH }
+        verdict('soak', 'no failed request', String(result.failures), result.failures === 0),
+        verdict('soak', `RSS growth < ${MAX_GROWTH * 100} %`, grew, growth < MAX_GROWTH)
       ]
       return { title: 'Soak', lines, verdicts }
     } finally {

@@ -6,7 +6,7 @@ import { once } from 'node:events'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { cpuSeconds } from '../proc-stats.js'
-import { type ScenarioGroup, header, ratioText, rotate, row } from '../report.js'
+import { type ScenarioGroup, header, ratioText, rotate, row, verdict } from '../report.js'
 import { type RunningServer, log, median, restoreTable, startSeeded } from '../servers.js'
 import { runLoad, settings } from '../wrk.js'
 
@@ -71,12 +71,10 @@ export const tracing: ScenarioGroup = {
       ...header(['sampling', 'GET 100 rows', '× off', 'POST', '× off']),
       ...variants.map(({ label }) => row([label, ...KINDS.flatMap(kind => cells(kind, label))]))
     ]
-    const verdicts = TARGETS.flatMap(({ variant, min }) => KINDS.map(kind => ({
-      scenario: `tracing, ${kind.toUpperCase()}`,
-      target: `sampling ${variant} ≥ ${min} × off`,
-      measured: over(kind, variant, 'rps'),
-      met: rate(kind, variant, 'rps') / rate(kind, 'off', 'rps') >= min
-    })))
+    const verdicts = TARGETS.flatMap(({ variant, min }) => KINDS.map(kind => {
+      const met = rate(kind, variant, 'rps') >= min * rate(kind, 'off', 'rps')
+      return verdict(`tracing, ${kind}`, `sampling ${variant} ≥ ${min} × off`, over(kind, variant, 'rps'), met)
+    }))
     return { title: 'Tracing on against off', lines, verdicts }
   }
 }
