@@ -12,7 +12,6 @@ const BYTES_PER_KB = 1024
 /** clear_refs: 5 resets the peak RSS (VmHWM). */
 const RESET_PEAK_RSS = '5'
 
-/** A file of /proc/<pid>, or '' once the process has ended. */
 function procFile (pid: number, name: string): string {
   try {
     return readFileSync(`/proc/${pid}/${name}`, 'utf8')
@@ -21,7 +20,6 @@ function procFile (pid: number, name: string): string {
   }
 }
 
-/** A number of /proc/<pid>/status (memory in kB). */
 const statusNumber = (pid: number, field: string): number =>
   Number(new RegExp(`^${field}:\\s+(\\d+)`, 'm').exec(procFile(pid, 'status'))?.[1] ?? 0)
 
@@ -37,7 +35,6 @@ export function resetPeakRss (pid: number): void {
   }
 }
 
-/** CPU seconds a process has used so far, in user space and in the kernel, and its reaped children in all. */
 export function cpuSplit (pid: number): { user: number, system: number, children: number } {
   const stat = procFile(pid, 'stat')
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')

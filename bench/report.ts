@@ -5,7 +5,6 @@ export interface Verdict {
   scenario: string
   target: string
   measured: string
-  /** undefined: not measured in this run. */
   met: boolean | undefined
 }
 
@@ -33,5 +32,4 @@ export const row = (cells: string[]): string => `| ${cells.join(' | ')} |`
 export const rotate = <T>(list: T[], round: number): T[] =>
   [...list.slice(round % list.length), ...list.slice(0, round % list.length)]
 
-/** A table's header: the first column left-aligned, the others (numbers) right-aligned. */
 export const header = (cells: string[]): string[] => [row(cells), row(cells.map((_, i) => i === 0 ? '---' : '---:'))]

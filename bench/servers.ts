@@ -21,7 +21,6 @@ const START_TIMEOUT_MS = 60_000
 const STOP_TIMEOUT_MS = 20_000
 const POLL_MS = 100
 
-/** A non-negative number from the environment, or the fallback when unset. */
 export function numberFromEnv (name: string, fallback: number): number {
   const raw = process.env[name]
   if (raw === undefined || raw === '') return fallback
@@ -30,7 +29,6 @@ export function numberFromEnv (name: string, fallback: number): number {
   return value
 }
 
-/** The middle value (the upper of the two middle ones); NaN for none. */
 export function median (values: number[]): number {
   return [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN
 }
@@ -39,7 +37,6 @@ export function log (message: string): void {
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`)
 }
 
-/** bench/README.md, "The servers". */
 export type ServerKind = 'floor' | 'ceiling' | 'naive' | 'express' | 'hono' | 'bun' | 'baseline' | 'service'
 export const DATABASE_PEERS: ServerKind[] = ['naive', 'express', 'hono', 'bun']
 export const IN_MEMORY: ServerKind[] = ['floor', 'ceiling']
@@ -48,7 +45,6 @@ export interface Postgres {
   version: string
   /** Its CPU is counted beside the servers'. */
   postmasterPid: number
-  /** An empty database; cheapCommits: `synchronous_commit = off` in every session. */
   createDatabase: (name: string, cheapCommits?: boolean) => Promise<string>
   stop: () => Promise<void>
 }
@@ -65,7 +61,6 @@ export async function sql (url: string, text: string, values: unknown[] = []): P
   }
 }
 
-/** The embedded PostgreSQL in a temporary directory, and WORK_DIR emptied for this run. */
 export async function startPostgres (): Promise<Postgres> {
   await rm(WORK_DIR, { recursive: true, force: true })
   await mkdir(WORK_DIR, { recursive: true })
@@ -101,7 +96,6 @@ export interface RunningServer {
 }
 
 export interface ServerOptions {
-  /** Names the log file in the work directory, and the database. */
   label: string
   /** Extra node flags (the profiler's --cpu-prof); for the service after npm start's own. */
   nodeArgs?: string[]
@@ -161,7 +155,6 @@ async function waitUntilServing (url: string, exited: () => boolean, logFile: st
   throw new Error(`the server did not answer within ${START_TIMEOUT_MS} ms; see ${logFile}`)
 }
 
-/** Starts one server in its own process, stdout and stderr in a log file, and waits until it answers. */
 export async function startServer (kind: ServerKind, databaseUrl: string | undefined,
   options: ServerOptions & { rowsFile?: string }): Promise<RunningServer> {
   const port = await freePort()
@@ -217,7 +210,6 @@ export function seedJson (count: number): string {
   return JSON.stringify(rows)
 }
 
-/** The rows of seedJson, written by SQL into a server's own table. */
 async function seedBySql (databaseUrl: string, count: number): Promise<void> {
   await sql(databaseUrl, `INSERT INTO categories (name, description)
     SELECT 'Category ' || lpad(i::text, greatest(5, length(i::text)), '0'),
@@ -261,7 +253,6 @@ export async function startSeeded (kind: ServerKind, postgres: Postgres, rows: n
   return { server, databaseUrl }
 }
 
-/** Every sample of a metric added up, by its labels as written (`{source="cache"}`). */
 export async function readMetric (server: RunningServer, name: string): Promise<Map<string, number>> {
   const text = await fetch(server.metricsUrl).then(async response => await response.text(), () => '')
   const samples = new Map<string, number>()

@@ -15,7 +15,6 @@ const DELETE_STEP = 1_000_003
 
 export interface Settings { durationS: number, warmupS: number, rounds: number, connections: number }
 
-/** BENCH_DURATION, BENCH_WARMUP, BENCH_ROUNDS and BENCH_CONNECTIONS, else the scenario's own defaults, else ours. */
 export function settings (own: Partial<Settings> = {}): Settings {
   const base = { durationS: 10, warmupS: 3, rounds: 1, connections: 50, ...own }
   return {
@@ -55,7 +54,6 @@ export interface LoadResult {
   cpuSeconds: number
 }
 
-/** Installs Debian's wrk when it is missing; returns its version line. */
 export function ensureWrk (): string {
   // `wrk -v` prints its version and usage, and exits with 1.
   const version = (): string | undefined => {
@@ -108,7 +106,6 @@ async function settle (spec: LoadSpec): Promise<void> {
   await response.arrayBuffer()
 }
 
-/** A warm-up window, then the measured one; onMeasuring is called as it begins. */
 export async function runLoad (spec: LoadSpec, onMeasuring: () => void = () => {}): Promise<LoadResult> {
   const { stream = 0, streams = 1 } = spec.deleteIds ?? {}
   await settle(spec)

@@ -102,7 +102,6 @@ async function getChecked (url: string, bytes: number): Promise<number> {
   return transfer.totalMs
 }
 
-/** Each phase's times in one round, in ms, with the probe's slowest answer during each. */
 type Round = Map<string, Array<{ ms: number, stall: number }>>
 
 const msOf = (round: Round, phase: string): number => median(round.get(phase)?.map(t => t.ms) ?? [])
@@ -167,7 +166,6 @@ function verdicts (rounds: Round[], peakRss: number, bodyBytes: number): Verdict
   const scenario = `big list, ${ROWS.toLocaleString('en')} rows`
   const check = (target: string, measured: string, met: boolean): Verdict => verdict(scenario, target, measured, met)
   const overall = (phase: string): number => median(rounds.map(round => msOf(round, phase)))
-  /** A phase's time over the warm GET's, in every round. */
   const overWarm = (phase: string, max: number): Verdict => {
     const ratios = rounds.map(round => msOf(round, phase) / msOf(round, WARM))
     return check(`${phase} ≤ ${max} × the warm GET, every round`, ratios.map(r => ratioText(r)).join(', '),

@@ -31,7 +31,6 @@ const readsText = (reads: Samples): string => [...reads].filter(([, n]) => n > 0
 const badText = (bad: Samples): string =>
   bad.size === 0 ? 'none' : [...bad].map(([what, n]) => `${what} ×${n}`).join(', ')
 
-/** What each instance's samples grew by since `before`. */
 const since = (after: Samples[], before: Samples[]): Samples[] =>
   after.map((samples, i) => new Map([...samples].map(([labels, n]) => [labels, n - (before[i]?.get(labels) ?? 0)])))
 

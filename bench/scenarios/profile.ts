@@ -94,7 +94,6 @@ interface Window {
   budget: string
 }
 
-/** One window under wrk, and the rest of a request's budget beside the profile. */
 async function profileWindow (server: RunningServer, window: typeof WINDOWS[number], etag: string,
   postmasterPid: number): Promise<Window> {
   const { durationS, warmupS, connections } = settings()

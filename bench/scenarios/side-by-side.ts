@@ -18,7 +18,6 @@ interface Scenario {
   kind: LoadKind
   servers: ServerKind[]
   headers?: Record<string, string>
-  /** Else the whole list. */
   path?: string
 }
 
@@ -84,7 +83,6 @@ const DELETE_HEADROOM = 4
 interface Measurement extends LoadResult {
   server: ServerKind
   scenario: string
-  /** Over the measured window. */
   peakRssBytes: number
   /** % of one core over the measured window: the server's, and the whole machine's (a busy one shows here). */
   cpu: { server: number, machine: number }
@@ -154,7 +152,6 @@ async function checkPage (url: string): Promise<void> {
   if (response.status !== 200 || rows.length !== PAGE_LIMIT || !next) throw new Error(`GET ${url} answered no page`)
 }
 
-/** A managed key (`npm run keys`) in the server's own database. */
 function managedKey (databaseUrl: string): string {
   const args = [path.join(ROOT, 'dist', 'keys', 'command.js'), 'create', '--name', 'bench', '--scope', 'read']
   const env = { PATH: process.env.PATH, DATABASE_URL: databaseUrl }
@@ -231,7 +228,8 @@ function verdicts (results: Measurement[]): Verdict[] {
   const service = results.filter(r => r.server === 'service')
   const measured = TARGETS.filter(t => find(results, 'service', t.scenario) !== undefined).map(target => {
     const value = ratio(results, target)
-    const best = target.against === 'best peer' ? ` (${baseline(results, target.scenario, 'best peer')?.server})` : ''
+    const peer = target.against === 'best peer' ? baseline(results, target.scenario, 'best peer') : undefined
+    const best = peer === undefined ? '' : ` (${peer.server})`
     const title = SCENARIOS.find(s => s.id === target.scenario)?.title ?? target.scenario
     const met = value === undefined ? undefined : value >= target.min
     return verdict(title, `≥ ${target.min} × ${target.of ?? target.against}`, `${ratioText(value)}${best}`, met)

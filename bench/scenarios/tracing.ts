@@ -33,7 +33,6 @@ export const tracing: ScenarioGroup = {
       { label: '100 %', env: { ...exporting, OTEL_TRACES_SAMPLER: 'parentbased_always_on' } }
     ]
     const running: Array<{ label: string, server: RunningServer, databaseUrl: string }> = []
-    /** req/s and requests per CPU second of each round, by `kind label`. */
     const rates = new Map<string, Array<{ rps: number, perCpu: number }>>()
     try {
       for (const [i, { label, env }] of variants.entries()) {
