@@ -10,7 +10,7 @@ import { runLoad } from '../wrk.js'
 const DURATION_S = numberFromEnv('SOAK_DURATION', 600)
 const WARMUP_S = numberFromEnv('SOAK_WARMUP', 30)
 const RATE = numberFromEnv('SOAK_RATE', 200)
-const CONNECTIONS = numberFromEnv('SOAK_CONNECTIONS', 20)
+const CONNECTIONS = 20
 const ROWS = 100
 const MAX_GROWTH = 0.1
 const SAMPLE_MS = 1000
