@@ -1,12 +1,9 @@
-/*
- * npm run bench: every scenario in one runner (bench/README.md). BENCH_SCENARIOS picks scenarios by id (the
- * side-by-side ones when unset); the runner starts PostgreSQL once, hands it to each scenario's group, and writes
- * one results.md with every verdict and each group's tables.
- */
-import { mkdir, writeFile } from 'node:fs/promises'
+// npm run bench: every scenario in one runner (bench/README.md).
+import { spawnSync } from 'node:child_process'
+import { writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
-import { type ScenarioGroup, type Section, buildSource, markdown } from './report.js'
+import { type ScenarioGroup, type Section, row } from './report.js'
 import { bigList } from './scenarios/big-list.js'
 import { compression } from './scenarios/compression.js'
 import { fleet } from './scenarios/fleet.js'
@@ -14,10 +11,14 @@ import { profile } from './scenarios/profile.js'
 import { sideBySide } from './scenarios/side-by-side.js'
 import { soak } from './scenarios/soak.js'
 import { tracing } from './scenarios/tracing.js'
-import { ROOT, ensurePeers, log, startPostgres } from './servers.js'
+import { ROOT, WORK_DIR, ensurePeers, log, startPostgres } from './servers.js'
+import { serviceNodeFlags } from './start-command.js'
 import { ensureWrk } from './wrk.js'
 
 const GROUPS: ScenarioGroup[] = [sideBySide, bigList, fleet, compression, tracing, soak, profile]
+const OUT = path.join(ROOT, 'bench', '.tmp', 'results.md')
+/** The settings a run was made with, as they go before `npm run bench`. */
+const SETTING = /^(BENCH|BIG|PAGE|FLEET|COMPRESSION|SOAK|PROFILE)_/
 
 function chosenIds (): string[] {
   const asked = (process.env.BENCH_SCENARIOS ?? '').split(',').filter(id => id !== '')
@@ -28,34 +29,54 @@ function chosenIds (): string[] {
   return GROUPS.filter(group => group.byDefault).flatMap(group => group.ids)
 }
 
+const loadAverages = (): string => os.loadavg().map(value => value.toFixed(2)).join(' ')
+
+function verdictText (met: boolean | undefined): string {
+  if (met === undefined) return 'not measured'
+  return met ? '**met**' : '**not met**'
+}
+
 async function main (): Promise<void> {
-  const began = new Date()
-  const builtFrom = buildSource()
-  const loadBefore = os.loadavg()
+  const began = new Date().toISOString()
+  const loadBefore = loadAverages()
+  const builtFrom = spawnSync('git', ['describe', '--always', '--dirty'], { cwd: ROOT, encoding: 'utf8' }).stdout
   const ids = chosenIds()
-  const busy = (loadBefore[0] ?? 0) > os.availableParallelism() / 2
-  if (busy) log(`the machine is busy (load average ${loadBefore[0]?.toFixed(1)}): expect noise`)
+  if ((os.loadavg()[0] ?? 0) > os.availableParallelism() / 2) log(`the machine is busy (${loadBefore}): expect noise`)
   const wrkVersion = ensureWrk()
-  const servers = process.env.BENCH_SERVERS ?? ''
-  const sideBySideWanted = ids.some(id => sideBySide.ids.includes(id))
-  if (sideBySideWanted && (servers === '' || /bun|express|hono/.test(servers))) ensurePeers()
+  const peersWanted = /^$|bun|express|hono/.test(process.env.BENCH_SERVERS ?? '')
+  if (peersWanted && ids.some(id => sideBySide.ids.includes(id))) ensurePeers()
   const postgres = await startPostgres()
-  log(`scenarios ${ids.join(', ')}; PostgreSQL ${postgres.version} (${postgres.source}) in ${postgres.workDir}`)
+  log(`scenarios ${ids.join(', ')}; logs in ${WORK_DIR}`)
   const sections: Section[] = []
   try {
     for (const group of GROUPS) {
       const mine = group.ids.filter(id => ids.includes(id))
-      if (mine.length > 0) sections.push(...await group.run({ postgres, runId: Date.now().toString(36) }, mine))
+      if (mine.length > 0) sections.push(await group.run(postgres, mine))
     }
   } finally {
     await postgres.stop()
   }
-  const text = markdown({ began, builtFrom, loadBefore, postgres, wrkVersion }, sections)
-  const outDir = process.env.BENCH_OUT ?? path.join(ROOT, 'bench')
-  await mkdir(outDir, { recursive: true })
-  await writeFile(path.join(outDir, 'results.md'), text)
+  const variables = Object.entries(process.env).filter(([name, value]) => SETTING.test(name) && value !== '')
+  const command = [...variables.map(([name, value]) => `${name}=${value ?? ''}`), 'npm run bench'].join(' ')
+  const service = ['node', ...serviceNodeFlags(), 'dist/server.js'].join(' ')
+  const text = [
+    '# Benchmark results',
+    '',
+    `- \`${command}\`, ${began} to ${new Date().toISOString()}`,
+    `- ${os.availableParallelism()} CPUs (${os.cpus()[0]?.model ?? 'unknown'}), load average before ${loadBefore}, ` +
+      `after ${loadAverages()}`,
+    `- node ${process.version}; PostgreSQL ${postgres.version} (embedded); ${wrkVersion}; everything on 127.0.0.1`,
+    `- the service built from ${builtFrom.trim()}: \`${service}\`, NODE_ENV=production, LOG_LEVEL=info`,
+    '',
+    row(['scenario', 'target', 'measured', 'verdict']),
+    row(['---', '---', '---', '---']),
+    ...sections.flatMap(s => s.verdicts).map(v => row([v.scenario, v.target, v.measured, verdictText(v.met)])),
+    '',
+    ...sections.flatMap(section => [`## ${section.title}`, '', ...section.lines, ''])
+  ].join('\n')
+  await writeFile(OUT, text)
   process.stdout.write(text)
-  log(`wrote ${path.join(outDir, 'results.md')}`)
+  log(`wrote ${OUT}`)
 }
 
 // An explicit exit: whatever a failed run left open (servers, timers) must not keep the process alive.

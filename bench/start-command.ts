@@ -1,8 +1,4 @@
 import { readFileSync } from 'node:fs'
-import path from 'node:path'
-import { fileURLToPath } from 'node:url'
-
-const ROOT = fileURLToPath(new URL('..', import.meta.url))
 
 /** The node flags in a start script of the form `node <flags> dist/server.js`. */
 export function nodeFlagsOf (start: string): string[] {
@@ -14,11 +10,6 @@ export function nodeFlagsOf (start: string): string[] {
 
 /** The node flags `npm start` runs the service with: the benchmark runs what production runs. */
 export function serviceNodeFlags (): string[] {
-  const manifest = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
-  return nodeFlagsOf(manifest.scripts.start)
-}
-
-/** npm start's flags, then BENCH_SERVICE_NODE_ARGS (for looking inside; never for published results). */
-export function benchServiceNodeArgs (extra = process.env.BENCH_SERVICE_NODE_ARGS ?? ''): string[] {
-  return [...serviceNodeFlags(), ...extra.split(/\s+/).filter(arg => arg !== '')]
+  const manifest = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'))
+  return nodeFlagsOf((manifest as { scripts: { start: string } }).scripts.start)
 }

@@ -4,7 +4,6 @@ const keys = (env.API_KEYS ?? '').split(',').filter(k => k !== '')
 export const expectedAuthorization = new Set(keys.map(k => `Bearer ${k}`))
 export const port = Number(env.PORT ?? 3000)
 export const host = env.HOST ?? '127.0.0.1'
-export const poolMax = Number(env.DB_POOL_MAX ?? 10)
 export const unauthorized = { code: 'UNAUTHORIZED', message: 'missing or invalid API key', status: 401 }
 export const invalid = {
   code: 'VALIDATION_FAILED',

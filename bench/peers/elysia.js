@@ -1,8 +1,4 @@
-/*
- * Elysia on Bun with Bun's own SQL client, as their documentation writes it:
- * one SELECT per list, one INSERT per create, no cache, no batching.
- * Run as `bun bench/peers/elysia.js` (bun from this folder's node_modules).
- */
+// Elysia on Bun with Bun's own SQL client, as their documentation writes it: one query a request, no cache.
 import { sql } from 'bun'
 import { Elysia, t } from 'elysia'
 import { CREATE_TABLE, expectedAuthorization, host, invalid, port, toCategory, unauthorized } from './common.js'

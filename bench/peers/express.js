@@ -1,15 +1,11 @@
-/*
- * Express 5 with node-postgres, as their documentation writes it: one pool
- * query per request, no cache, no batching.
- */
+// Express 5 with node-postgres, as their documentation writes it: one pool query per request, no cache.
 import express from 'express'
 import pg from 'pg'
 import {
-  CREATE_TABLE, INSERT, env, expectedAuthorization, host, invalid, isNewCategory, poolMax, port, toCategory,
-  unauthorized
+  CREATE_TABLE, INSERT, env, expectedAuthorization, host, invalid, isNewCategory, port, toCategory, unauthorized
 } from './common.js'
 
-const pool = new pg.Pool({ connectionString: env.DATABASE_URL, max: poolMax })
+const pool = new pg.Pool({ connectionString: env.DATABASE_URL })
 await pool.query(CREATE_TABLE)
 
 const app = express()

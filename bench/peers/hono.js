@@ -1,15 +1,12 @@
-/*
- * Hono on Node (@hono/node-server) with postgres.js, as their documentation
- * writes it: one SELECT per list, one INSERT per create, no cache, no batching.
- */
+// Hono on Node (@hono/node-server) with postgres.js, as their documentation writes it: one query a request.
 import { serve } from '@hono/node-server'
 import { Hono } from 'hono'
 import postgres from 'postgres'
 import {
-  CREATE_TABLE, env, expectedAuthorization, host, invalid, isNewCategory, poolMax, port, toCategory, unauthorized
+  CREATE_TABLE, env, expectedAuthorization, host, invalid, isNewCategory, port, toCategory, unauthorized
 } from './common.js'
 
-const sql = postgres(env.DATABASE_URL, { max: poolMax, onnotice: () => {} })
+const sql = postgres(env.DATABASE_URL, { onnotice: () => {} })
 await sql.unsafe(CREATE_TABLE)
 
 const app = new Hono()

@@ -1,36 +1,23 @@
 /*
- * profile: where each microsecond of a request goes. Each server of PROFILE_SERVERS (the service) runs as the bench
- * runs it, plus V8's --cpu-prof, on 100 rows, under wrk: PROFILE_SCENARIOS of get100 (the cached list), etag (its
- * 304) and post (creates). Each measured window is cut out of the profile by time (V8's profile clock and
- * process.hrtime are both monotonic), and every sample is charged to the deepest frame that belongs to a known part
- * of the request path. V8 samples by the clock, also while a busy machine keeps the process off its core, so a
- * part's share of the samples is applied to the process's own CPU time (/proc): the parts add up to it. Beside them,
- * per request: PostgreSQL's CPU and wrk's, the mean time a request took, and for creates the rows per INSERT.
- * PROFILE_OUT gets profile.md, the .cpuprofile files (Chrome DevTools, speedscope) and a .folded file of stacks per
- * window (flame graph tools).
+ * profile: where each microsecond of a request goes (bench/README.md). Each measured window is cut out of V8's
+ * profile by time: its clock and process.hrtime are both monotonic.
  */
-import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { readdir, readFile, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { cpuSplit, postgresCpuSeconds } from '../proc-stats.js'
-import { type ScenarioGroup, settings } from '../report.js'
-import {
-  AUTH, LIST_PATH, type Postgres, ROOT, type RunningServer, type ServerKind, log, metricTotal, numberFromEnv,
-  startSeeded
-} from '../servers.js'
-import { type LoadKind, runLoad } from '../wrk.js'
+import { type ScenarioGroup, header, row } from '../report.js'
+import { AUTH, LIST_PATH, ROOT, type RunningServer, log, metricTotal, startSeeded } from '../servers.js'
+import { type LoadKind, runLoad, settings } from '../wrk.js'
 
 const ROWS = 100
-const INTERVAL_US = numberFromEnv('PROFILE_INTERVAL_US', 250)
-const OUT = path.resolve(process.env.PROFILE_OUT ?? path.join(ROOT, 'bench', '.tmp', 'profiles'))
-const SERVERS = (process.env.PROFILE_SERVERS ?? 'service').split(',').filter(s => s !== '') as ServerKind[]
-const TOP_FUNCTIONS = 20
+const INTERVAL_US = 250
+const OUT = path.join(ROOT, 'bench', '.tmp', 'profile')
 const WINDOWS: Array<{ id: string, title: string, kind: LoadKind }> = [
   { id: 'get100', title: 'GET list, 100 rows', kind: 'get' },
   { id: 'etag', title: 'GET with If-None-Match (304)', kind: 'get' },
   { id: 'post', title: 'POST (a create)', kind: 'post' }
 ]
-const MEASURES = ['http_request_duration_seconds_sum', 'http_request_duration_seconds_count',
-  'categories_insert_batch_rows_sum', 'categories_insert_batch_rows_count']
+const BATCHES = ['categories_insert_batch_rows_sum', 'categories_insert_batch_rows_count']
 
 interface CallFrame { functionName: string, url: string }
 interface ProfileNode { id: number, callFrame: CallFrame, children?: number[] }
@@ -70,156 +57,111 @@ function matches (rule: Rule, frame: CallFrame): boolean {
   if (frame.url === '') return rule.natives?.includes(frame.functionName) === true
   return rule.names?.includes(frame.functionName) === true || rule.urls?.some(part => frame.url.includes(part)) === true
 }
-const nameOf = (frame: CallFrame): string => frame.functionName === '' ? '(anonymous)' : frame.functionName
 const nowUs = (): number => Number(process.hrtime.bigint() / 1000n)
 
-interface Cut { byPart: Map<string, number>, bySelf: Map<string, number>, folded: Map<string, number>, busyUs: number }
-
-/** The busy samples between fromUs and toUs (the profile's clock): by part, by leaf function and by stack. */
-function cut (profile: CpuProfile, fromUs: number, toUs: number): Cut {
+/** The busy microseconds between fromUs and toUs (the profile's clock), by part of the request path. */
+function cut (profile: CpuProfile, fromUs: number, toUs: number): Map<string, number> {
   const byId = new Map(profile.nodes.map(node => [node.id, node]))
   const parent = new Map<number, number>()
   for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id)
-  const stackOf = (id: number): CallFrame[] => {
-    const frames: CallFrame[] = []
-    for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) {
-      frames.push((byId.get(at) as ProfileNode).callFrame)
-    }
-    return frames
-  }
-  const result: Cut = { byPart: new Map(), bySelf: new Map(), folded: new Map(), busyUs: 0 }
-  const add = (map: Map<string, number>, key: string, us: number): void => { map.set(key, (map.get(key) ?? 0) + us) }
+  const byPart = new Map<string, number>()
   let t = profile.startTime
   for (let i = 0; i < profile.samples.length; i++) {
     t += profile.timeDeltas[i] ?? 0
     // A sample stands for the time until the next one.
     const us = profile.timeDeltas[i + 1] ?? 0
-    const frames = stackOf(profile.samples[i] as number)
+    const frames: CallFrame[] = []
+    for (let at: number | undefined = profile.samples[i]; at !== undefined; at = parent.get(at)) {
+      frames.push((byId.get(at) as ProfileNode).callFrame)
+    }
     const leaf = frames[0] as CallFrame
     if (t < fromUs || t > toUs || leaf.functionName === IDLE) continue
     const rule = frames.map(frame => RULES.find(r => matches(r, frame))).find(r => r !== undefined)
     const file = leaf.url.replace(/^file:\/\/.*?\/(node_modules|dist|bench)\//, '$1/')
-    add(result.byPart, rule?.label ?? `other: ${file === '' ? leaf.functionName : file}`, us)
-    add(result.bySelf, `${nameOf(leaf)} ${file}`, us)
-    add(result.folded, frames.map(nameOf).reverse().join(';'), us)
-    result.busyUs += us
+    const part = rule?.label ?? `other: ${file === '' ? leaf.functionName : file}`
+    byPart.set(part, (byPart.get(part) ?? 0) + us)
   }
-  return result
+  return byPart
 }
 
 interface Window {
-  id: string
   title: string
   fromUs: number
   toUs: number
-  requests: number
   rps: number
   /** The process's CPU time per request, user and kernel, from /proc. */
   cpuUs: number
-  budget: string[]
+  budget: string
 }
 
-/** One window under wrk, and the rest of a request's budget beside the profile. */
 async function profileWindow (server: RunningServer, window: typeof WINDOWS[number], etag: string,
-  postmasterPid: number | undefined): Promise<Window> {
+  postmasterPid: number): Promise<Window> {
   const { durationS, warmupS, connections } = settings()
   const headers = window.id === 'etag' ? { ...AUTH, 'if-none-match': etag } : AUTH
-  const measures = async (): Promise<number[]> =>
-    await Promise.all(MEASURES.map(async name => await metricTotal(server, name)))
-  const before = await measures()
+  const batches = async (): Promise<number[]> =>
+    await Promise.all(BATCHES.map(async name => await metricTotal(server, name)))
+  const before = await batches()
   let start = { us: 0, cpu: { user: 0, system: 0, children: 0 }, db: 0 }
-  const spec = { url: server.url, kind: window.kind, headers, connections, durationS, warmupS, namePrefix: 'profile' }
-  const result = await runLoad(spec, () => {
+  const result = await runLoad({ url: server.url, kind: window.kind, headers, connections, durationS, warmupS }, () => {
     start = { us: nowUs(), cpu: cpuSplit(server.pid), db: postgresCpuSeconds(postmasterPid) }
   })
   const toUs = nowUs()
   const cpu = cpuSplit(server.pid)
   const db = postgresCpuSeconds(postmasterPid)
-  const after = await measures()
-  const [seconds = 0, requests = 0, rows = 0, inserts = 0] = after.map((value, i) => value - (before[i] ?? 0))
+  const [rows = 0, inserts = 0] = (await batches()).map((value, i) => value - (before[i] ?? 0))
   const perRequest = (s: number): string => `${(s * 1e6 / result.total).toFixed(1)} µs`
   const user = cpu.user - start.cpu.user
   const kernel = cpu.system - start.cpu.system
-  const budget = [
-    `- CPU per request: the process ${perRequest(user)} in user space and ${perRequest(kernel)} in the kernel; ` +
-      `PostgreSQL ${perRequest(db - start.db)}; wrk ${perRequest(result.cpuSeconds)}`
-  ]
-  if (requests > 0) {
-    budget.push(`- a request took ${(seconds / requests * 1e6).toFixed(0)} µs on average from its first byte to ` +
-      `its answer (the service's histogram, warm-up included); wrk's p50 ${result.p50} ms`)
-  }
-  const perInsert = (rows / inserts).toFixed(1)
-  if (inserts > 0) budget.push(`- group commit: ${rows} rows in ${inserts} INSERTs, ${perInsert} a statement`)
+  const perInsert = inserts === 0 ? '' : `; ${(rows / inserts).toFixed(1)} rows an INSERT (warm-up included)`
+  const budget = `CPU per request: the process ${perRequest(user)} in user space and ${perRequest(kernel)} in the ` +
+    `kernel; PostgreSQL ${perRequest(db - start.db)}; wrk ${perRequest(result.cpuSeconds)}${perInsert}.`
   const cpuUs = (user + kernel) * 1e6 / result.total
-  const { id, title } = window
-  return { id, title, fromUs: start.us, toUs, requests: result.total, rps: result.rps, cpuUs, budget }
+  return { title: window.title, fromUs: start.us, toUs, rps: result.rps, cpuUs, budget }
 }
 
-function windowLines (kind: ServerKind, window: Window, w: Cut): string[] {
-  const us = (value: number): string => (value / w.busyUs * window.cpuUs).toFixed(2)
-  const share = (value: number): string => `${(value / w.busyUs * 100).toFixed(1)} %`
-  const sorted = (map: Map<string, number>): Array<[string, number]> => [...map].sort((a, b) => b[1] - a[1])
-  const row = (name: string, value: number): string =>
-    `| ${name.replace(/\|/g, '\\|')} | ${us(value)} | ${share(value)} |`
+function windowLines (window: Window, byPart: Map<string, number>): string[] {
+  const busyUs = [...byPart.values()].reduce((total, us) => total + us, 0)
+  const cells = (us: number): string[] =>
+    [(us / busyUs * window.cpuUs).toFixed(2), `${(us / busyUs * 100).toFixed(1)} %`]
   return [
-    `### ${kind}, ${window.title}: ${window.rps.toFixed(0)} req/s profiled, **${us(w.busyUs)} µs of CPU a request**`,
+    `### ${window.title}: ${window.rps.toFixed(0)} req/s profiled, **${window.cpuUs.toFixed(2)} µs of CPU a request**`,
     '',
-    `(V8 sampled ${(w.busyUs / window.requests).toFixed(1)} µs of busy main thread a request; the figures are shares ` +
-      'of the process\'s CPU, every thread, from /proc)',
+    window.budget,
     '',
-    ...window.budget,
-    '',
-    '| part of the request path | µs/request | share |',
-    '|---|---:|---:|',
-    ...sorted(w.byPart).map(([label, value]) => row(label, value)),
-    '',
-    '| function (self time) | µs/request | share |',
-    '|---|---:|---:|',
-    ...sorted(w.bySelf).slice(0, TOP_FUNCTIONS).map(([name, value]) => row(name, value)),
+    ...header(['part of the request path', 'µs/request', 'share']),
+    ...[...byPart].sort((a, b) => b[1] - a[1]).map(([part, us]) => row([part.replace(/\|/g, '\\|'), ...cells(us)])),
     ''
   ]
-}
-
-async function profileServer (kind: ServerKind, postgres: Postgres, runId: string): Promise<string[]> {
-  const wanted = (process.env.PROFILE_SCENARIOS ?? 'get100,etag,post').split(',')
-  const dir = path.join(OUT, kind)
-  await rm(dir, { recursive: true, force: true })
-  await mkdir(dir, { recursive: true })
-  const nodeArgs = ['--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-interval=${INTERVAL_US}`]
-  const options = { label: `profile-${kind}`, database: `profile_${runId}_${kind}`, nodeArgs }
-  const { server } = await startSeeded(kind, postgres, ROWS, options)
-  const windows: Window[] = []
-  try {
-    const first = await fetch(`${server.url}${LIST_PATH}`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
-    await first.arrayBuffer()
-    for (const window of WINDOWS.filter(w => wanted.includes(w.id))) {
-      windows.push(await profileWindow(server, window, first.headers.get('etag') ?? '"none"', postgres.postmasterPid))
-      log(`profile ${kind} ${window.id}: ${windows.at(-1)?.rps.toFixed(0)} req/s`)
-    }
-  } finally {
-    await server.stop() // the profile is written as the process exits
-  }
-  // CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile: the main thread is thread 0 (tsx's loader writes its own).
-  const file = (await readdir(dir)).filter(f => /^CPU\.\d+\.\d+\.\d+\.0\.\d+\.cpuprofile$/.test(f)).sort().at(-1)
-  if (file === undefined) throw new Error(`no .cpuprofile in ${dir}`)
-  const cpuProfile = JSON.parse(await readFile(path.join(dir, file), 'utf8')) as CpuProfile
-  const lines: string[] = []
-  for (const window of windows) {
-    const w = cut(cpuProfile, window.fromUs, window.toUs)
-    const stacks = [...w.folded].map(([stack, us]) => `${stack} ${Math.round(us)}`)
-    await writeFile(path.join(dir, `${window.id}.folded`), `${stacks.join('\n')}\n`)
-    lines.push(...windowLines(kind, window, w))
-  }
-  return lines
 }
 
 export const profile: ScenarioGroup = {
   ids: ['profile'],
   byDefault: false,
-  run: async ({ postgres, runId }) => {
-    const lines = [`V8's sampling profiler every ${INTERVAL_US} µs; it slows a server: compare parts, not rates.`, '']
-    for (const kind of SERVERS) lines.push(...await profileServer(kind, postgres, runId))
-    await writeFile(path.join(OUT, 'profile.md'), lines.join('\n'))
-    return [{ title: 'Where the time of a request goes', lines, verdicts: [] }]
+  run: async (postgres) => {
+    const wanted = (process.env.PROFILE_SCENARIOS ?? 'get100,etag,post').split(',')
+    await rm(OUT, { recursive: true, force: true })
+    const nodeArgs = ['--cpu-prof', `--cpu-prof-dir=${OUT}`, `--cpu-prof-interval=${INTERVAL_US}`]
+    const { server } = await startSeeded('service', postgres, ROWS, { label: 'profile', nodeArgs })
+    const windows: Window[] = []
+    try {
+      const first = await fetch(`${server.url}${LIST_PATH}`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
+      await first.arrayBuffer()
+      for (const window of WINDOWS.filter(w => wanted.includes(w.id))) {
+        windows.push(await profileWindow(server, window, first.headers.get('etag') ?? '', postgres.postmasterPid))
+        log(`profile ${window.id}: ${windows.at(-1)?.rps.toFixed(0)} req/s`)
+      }
+    } finally {
+      await server.stop() // the profile is written as the process exits
+    }
+    // CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile: the main thread is thread 0.
+    const file = (await readdir(OUT)).find(f => /^CPU\.\d+\.\d+\.\d+\.0\.\d+\.cpuprofile$/.test(f))
+    if (file === undefined) throw new Error(`no .cpuprofile in ${OUT}`)
+    const cpuProfile = JSON.parse(await readFile(path.join(OUT, file), 'utf8')) as CpuProfile
+    const lines = [
+      `V8's sampling profiler every ${INTERVAL_US} µs; it slows the service: compare parts, not rates. CPU from /proc.`,
+      '',
+      ...windows.flatMap(window => windowLines(window, cut(cpuProfile, window.fromUs, window.toUs)))
+    ]
+    return { title: 'Where the time of a request goes', lines, verdicts: [] }
   }
 }

@@ -1,30 +1,22 @@
--- The requests of one load for wrk (bench/wrk.ts), and its result as one JSON line.
+-- The requests of one load for wrk (bench/wrk.ts, one thread), and its result as one JSON line.
 -- BENCH_WRK_KIND: get (wrk's own precomputed request), post, patch (a random id of the update range), delete (each
 -- id of the delete range once), mixed (every BENCH_WRK_EVERY-th request a POST, the rest GET) or writes (every
 -- BENCH_WRK_EVERY-th request a write: a create, an update and a delete in turn, the rest GET).
-local function number(name, default)
-  return tonumber(os.getenv(name) or default)
+local function number(name)
+  return tonumber(os.getenv(name))
 end
 
-local kind = os.getenv("BENCH_WRK_KIND") or "get"
-local prefix = os.getenv("BENCH_WRK_PREFIX") or "wrk"
-local every = number("BENCH_WRK_EVERY", "20")
-local threads = number("BENCH_WRK_THREADS", "1")
-local update_first = number("BENCH_WRK_UPDATE_FIRST", "1")
-local update_last = number("BENCH_WRK_UPDATE_LAST", "1")
-local delete_first = number("BENCH_WRK_DELETE_FIRST", "1")
-local delete_count = number("BENCH_WRK_DELETE_COUNT", "1")
-local delete_stream = number("BENCH_WRK_DELETE_STREAM", "0")
-local delete_streams = number("BENCH_WRK_DELETE_STREAMS", "1")
-local delete_step = number("BENCH_WRK_DELETE_STEP", "1")
-local delay_ms = number("BENCH_WRK_DELAY_MS", "0")
+local kind = os.getenv("BENCH_WRK_KIND")
+local every = number("BENCH_WRK_EVERY")
+local update_first = number("BENCH_WRK_UPDATE_FIRST")
+local update_last = number("BENCH_WRK_UPDATE_LAST")
+local delete_first = number("BENCH_WRK_DELETE_FIRST")
+local delete_count = number("BENCH_WRK_DELETE_COUNT")
+local delete_stream = number("BENCH_WRK_DELETE_STREAM")
+local delete_streams = number("BENCH_WRK_DELETE_STREAMS")
+local delete_step = number("BENCH_WRK_DELETE_STEP")
+local delay_ms = number("BENCH_WRK_DELAY_MS")
 local SEED_PER_STREAM = 7919
-
-local thread_count = 0
-function setup(thread)
-  thread_count = thread_count + 1
-  thread:set("thread_number", thread_count)
-end
 
 local get_request
 local json_headers = {}
@@ -32,14 +24,9 @@ local patch_headers = {}
 local sent = 0
 local deleted = 0
 local write_turn = 0
-local name_prefix
-local stream
 
 function init(args)
-  local thread_index = (thread_number or 1) - 1
-  name_prefix = prefix .. "-t" .. thread_index .. "-"
-  stream = delete_stream * threads + thread_index
-  math.randomseed(os.time() + stream * SEED_PER_STREAM)
+  math.randomseed(os.time() + delete_stream * SEED_PER_STREAM)
   get_request = wrk.format("GET", wrk.path)
   for name, value in pairs(wrk.headers) do
     json_headers[name] = value
@@ -50,17 +37,17 @@ function init(args)
 end
 
 local function create()
-  local body = '{"name":"' .. name_prefix .. sent .. '","description":"created by the benchmark"}'
+  local body = '{"name":"bench ' .. sent .. '","description":"created by the benchmark"}'
   return wrk.format("POST", wrk.path, json_headers, body)
 end
 
 local function update()
   local id = math.random(update_first, update_last)
-  return wrk.format("PATCH", wrk.path .. "/" .. id, patch_headers, '{"name":"' .. name_prefix .. sent .. '"}')
+  return wrk.format("PATCH", wrk.path .. "/" .. id, patch_headers, '{"name":"bench ' .. sent .. '"}')
 end
 
 local function delete()
-  local index = deleted * delete_streams * threads + stream
+  local index = deleted * delete_streams + delete_stream
   deleted = deleted + 1
   local id = delete_first + (index * delete_step) % delete_count
   return wrk.format("DELETE", wrk.path .. "/" .. id)
@@ -99,27 +86,27 @@ end
 local CLOCK_TICKS_PER_SECOND = 100
 local US_PER_MS = 1000
 local US_PER_S = 1000000
+-- utime and stime in /proc/self/stat, counted after the command's closing parenthesis.
+local UTIME_FIELD = 12
+local STIME_FIELD = 13
 
--- CPU ticks (user + system, all threads) of this wrk process, from /proc/self/stat.
-local function cpu_ticks()
+local function cpu_seconds()
   local file = io.open("/proc/self/stat")
-  if file == nil then return -1 end
   local stat = file:read("*a")
   file:close()
   local fields = {}
   for field in stat:match("%) (.*)"):gmatch("%S+") do fields[#fields + 1] = field end
-  return tonumber(fields[12]) + tonumber(fields[13])
+  return (tonumber(fields[UTIME_FIELD]) + tonumber(fields[STIME_FIELD])) / CLOCK_TICKS_PER_SECOND
 end
 
 -- The result as bench/wrk.ts's LoadResult.
 function done(summary, latency, requests)
   local e = summary.errors
-  local answered = math.max(summary.requests, 1)
   io.write(string.format(
-    'BENCH_RESULT {"total":%d,"rps":%.1f,"p50":%.1f,"p99":%.1f,"socketErrors":%d,"badStatuses":%d,' ..
-    '"bytesPerResponse":%d,"cpuSeconds":%.2f}\n',
+    'BENCH_RESULT {"total":%d,"rps":%.1f,"p50":%.1f,"p99":%.1f,"failures":%d,"bytesPerResponse":%d,' ..
+    '"cpuSeconds":%.2f}\n',
     summary.requests, summary.requests / summary.duration * US_PER_S,
     latency:percentile(50) / US_PER_MS, latency:percentile(99) / US_PER_MS,
-    e.connect + e.read + e.write + e.timeout, e.status, math.floor(summary.bytes / answered),
-    cpu_ticks() / CLOCK_TICKS_PER_SECOND))
+    e.connect + e.read + e.write + e.timeout + e.status, math.floor(summary.bytes / math.max(summary.requests, 1)),
+    cpu_seconds()))
 end
