@@ -23,6 +23,8 @@ const db = await testDatabase(t)
 await runMigrations(db.url, { info: () => {}, warn: () => {}, error: () => {} })
 const run = promisify(execFile)
 const command = path.join(await builtCheckout(t), 'dist', 'keys', 'command.js')
+/** The command's environment: none of the test's own, and no coverage (the build's files are not the sources'). */
+const BASE_ENV = { PATH: process.env.PATH, HOME: process.env.HOME, _TAPJS_PROCESSINFO_COVERAGE_: '0' }
 
 interface Outcome { code: number, stdout: string, stderr: string }
 /** Not the service's: any connection there is refused, so a command that tried to connect would say so. */
@@ -30,7 +32,7 @@ const NO_DATABASE = { DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }
 
 async function keys (args: string[], env: Record<string, string> = { DATABASE_URL: db.url }): Promise<Outcome> {
   const child = run(process.execPath, [command, ...args],
-    { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, timeout: 60000 })
+    { env: { ...BASE_ENV, ...env }, timeout: 60000 })
   return await child.then(({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
     (err: { code: number, stdout: string, stderr: string }) => ({ code: err.code, stdout: err.stdout, stderr: err.stderr }))
 }
@@ -158,7 +160,7 @@ t.test('list into a reader that stops early (keys list | head): exit 0, nothing 
     await withClient(db.url, async c => await c.query("DELETE FROM api_keys WHERE name LIKE 'bulk %'"))
   })
   const child = spawn(process.execPath, [command, 'list'],
-    { env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: db.url } })
+    { env: { ...BASE_ENV, DATABASE_URL: db.url } })
   let stderr = ''
   child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
   const closed = once(child, 'close')
@@ -178,7 +180,7 @@ const EXIT_AFTER_ANSWER_MS = 15000
 
 /** The command with no DATABASE_URL; whether it exited within EXIT_AFTER_ANSWER_MS of its first output on stdout. */
 async function keysEmbedded (args: string[], dataDir: string): Promise<Outcome & { exitedInTime: boolean }> {
-  const env = { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir }
+  const env = { ...BASE_ENV, DATA_DIR: dataDir }
   const child = spawn(process.execPath, [command, ...args], { env })
   let stdout = ''
   let stderr = ''
