@@ -38,8 +38,9 @@ export async function testApp (t: Teardown, databaseUrl: string, env: Record<str
   t.teardown(async () => { await app.close() })
   // More of what the service could be made of (test-only resources), before it is ready.
   await extra.register?.(app)
-  await app.ready()
+  // Before ready, as server.ts does: ready starts the feed, whose list builds would compete for a small pool.
   await app.verifyTables()
+  await app.ready()
   // As a balancer would: nothing is sent before the instance is ready, its lists built (or the feed deaf).
   await until('the app\'s lists are built (a warm start)', async () => app.listsWarm())
   return { app, logs }
