@@ -11,7 +11,7 @@ import { apiCompare } from 'api-smart-diff'
 
 interface Document {
   servers?: Array<{ url: string }>
-  paths?: Record<string, Record<string, { operationId?: string, 'x-stability'?: string }>>
+  paths?: Record<string, Record<string, { operationId?: string; 'x-stability'?: string }>>
 }
 
 export interface Compatibility {
@@ -30,7 +30,12 @@ export function pathVersion (document: Document): string | undefined {
 
 /** A code added to an error response's Error code enum: the code set is open (docs/api.md), clients go by status. */
 function addsErrorCode (path: Array<string | number>, action: string): boolean {
-  return action === 'add' && path[3] === 'responses' && Number(path[4]) >= 400 && path.slice(-3, -1).join('.') === 'code.enum'
+  return (
+    action === 'add' &&
+    path[3] === 'responses' &&
+    Number(path[4]) >= 400 &&
+    path.slice(-3, -1).join('.') === 'code.enum'
+  )
 }
 
 /** A removed member of a response body's schema: `paths/<path>/<method>/responses/<status>/.../properties/<name>`. */
@@ -57,13 +62,17 @@ export function compareDocuments (before: Document, after: Document): Compatibil
       const name = `${operation?.operationId ?? '(no operationId)'} (${each.toUpperCase()} ${path})`
       const what = removedMember
         ? `[Removed] member \`${String(diff.path.at(-1))}\` of the ${String(diff.path[4])} response body`
-        : METHODS.has(method) ? diff.description ?? `[${diff.action}]` : `[Removed] operation ${each.toUpperCase()} ${path}`
+        : METHODS.has(method)
+          ? (diff.description ?? `[${diff.action}]`)
+          : `[Removed] operation ${each.toUpperCase()} ${path}`
       const where = diff.path.slice(3).join('.')
       const line = `${name}: ${what}${where === '' ? '' : ` [${where}]`}`
       if (addsErrorCode(diff.path, diff.action)) {
         result.warnings.push(`${line} (allowed: a new error code; clients handle unknown codes by their status)`)
       } else if (newVersion) {
-        result.warnings.push(`${line} (allowed: the path version changes from ${versionBefore ?? 'none'} to ${versionAfter ?? 'none'})`)
+        result.warnings.push(
+          `${line} (allowed: the path version changes from ${versionBefore ?? 'none'} to ${versionAfter ?? 'none'})`
+        )
       } else if (operation?.['x-stability'] === 'experimental') {
         result.warnings.push(`${line} (allowed: the operation is x-stability: experimental)`)
       } else {

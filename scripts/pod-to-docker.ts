@@ -19,21 +19,29 @@ interface SecurityContext {
   readOnlyRootFilesystem?: boolean
   allowPrivilegeEscalation?: boolean
   privileged?: boolean
-  capabilities?: { drop?: string[], add?: string[] }
+  capabilities?: { drop?: string[]; add?: string[] }
   seccompProfile?: { type: string }
 }
-interface Probe { httpGet?: { path: string, port: string | number }, periodSeconds?: number, failureThreshold?: number }
+interface Probe {
+  httpGet?: { path: string; port: string | number }
+  periodSeconds?: number
+  failureThreshold?: number
+}
 interface Container {
   name: string
   image: string
   command?: string[]
   args?: string[]
-  env?: Array<{ name: string, value?: string, valueFrom?: { secretKeyRef?: { name: string, key: string, optional?: boolean } } }>
+  env?: Array<{
+    name: string
+    value?: string
+    valueFrom?: { secretKeyRef?: { name: string; key: string; optional?: boolean } }
+  }>
   envFrom?: unknown[]
-  ports?: Array<{ name?: string, containerPort: number }>
+  ports?: Array<{ name?: string; containerPort: number }>
   securityContext?: SecurityContext
-  volumeMounts?: Array<{ name: string, mountPath: string, readOnly?: boolean }>
-  resources?: { limits?: { memory?: string, cpu?: string } }
+  volumeMounts?: Array<{ name: string; mountPath: string; readOnly?: boolean }>
+  resources?: { limits?: { memory?: string; cpu?: string } }
   startupProbe?: Probe
   livenessProbe?: Probe
   readinessProbe?: Probe
@@ -42,10 +50,16 @@ interface PodSpec {
   containers: Container[]
   initContainers?: unknown[]
   securityContext?: SecurityContext
-  volumes?: Array<{ name: string, emptyDir?: { medium?: string, sizeLimit?: string } }>
+  volumes?: Array<{ name: string; emptyDir?: { medium?: string; sizeLimit?: string } }>
   terminationGracePeriodSeconds?: number
 }
-interface K8sObject { kind: string, metadata: { name: string }, spec?: { template?: { spec: PodSpec } }, stringData?: Record<string, string>, data?: Record<string, string> }
+interface K8sObject {
+  kind: string
+  metadata: { name: string }
+  spec?: { template?: { spec: PodSpec } }
+  stringData?: Record<string, string>
+  data?: Record<string, string>
+}
 
 function fail (message: string): never {
   console.error(`pod-to-docker: ${message}`)
@@ -59,23 +73,25 @@ function memory (quantity: string): string {
 }
 function cpus (quantity: string): string {
   const m = /^(\d+)(m?)$/.exec(quantity) ?? fail(`cpu limit ${quantity}: not understood`)
-  return m[2] === 'm' ? String(Number(m[1]) / 1000) : m[1] as string
+  return m[2] === 'm' ? String(Number(m[1]) / 1000) : (m[1] as string)
 }
 
 const [file, kind] = process.argv.slice(2)
-if (file === undefined || (kind !== 'Deployment' && kind !== 'Job')) fail('usage: pod-to-docker.ts RENDERED.yaml Deployment|Job')
-const objects = parseAllDocuments(readFileSync(file, 'utf8')).map(d => d.toJSON() as K8sObject | null).filter((o): o is K8sObject => o !== null)
+if (file === undefined || (kind !== 'Deployment' && kind !== 'Job')) { fail('usage: pod-to-docker.ts RENDERED.yaml Deployment|Job') }
+const objects = parseAllDocuments(readFileSync(file, 'utf8'))
+  .map(d => d.toJSON() as K8sObject | null)
+  .filter((o): o is K8sObject => o !== null)
 const owners = objects.filter(o => o.kind === kind)
 if (owners.length !== 1) fail(`expected one ${kind}, found ${owners.length}`)
 const pod = owners[0]?.spec?.template?.spec ?? fail(`${kind} has no pod template`)
-if (pod.containers.length !== 1 || (pod.initContainers?.length ?? 0) > 0) fail('exactly one container and no init containers are translated')
+if (pod.containers.length !== 1 || (pod.initContainers?.length ?? 0) > 0) { fail('exactly one container and no init containers are translated') }
 const container = pod.containers[0] as Container
 if (container.envFrom !== undefined) fail('envFrom is not translated')
 
 const flags: string[] = []
 // Security: the container's settings override the pod's, as in Kubernetes.
 const sc: SecurityContext = { ...pod.securityContext, ...container.securityContext }
-if (sc.runAsUser === undefined) fail('runAsUser is not set: the uid would be the image\'s choice')
+if (sc.runAsUser === undefined) fail("runAsUser is not set: the uid would be the image's choice")
 if (sc.runAsNonRoot === true && sc.runAsUser === 0) fail('runAsNonRoot with runAsUser 0')
 flags.push('--user', `${sc.runAsUser}:${sc.runAsGroup ?? 0}`)
 if (sc.privileged === true) fail('privileged containers are not run')
@@ -84,7 +100,7 @@ for (const cap of sc.capabilities?.drop ?? []) flags.push('--cap-drop', cap)
 for (const cap of sc.capabilities?.add ?? []) flags.push('--cap-add', cap)
 if (sc.allowPrivilegeEscalation === false) flags.push('--security-opt', 'no-new-privileges')
 // RuntimeDefault is the engine's default seccomp profile, which docker run applies unless told otherwise.
-if (sc.seccompProfile !== undefined && sc.seccompProfile.type !== 'RuntimeDefault') fail(`seccomp ${sc.seccompProfile.type} is not translated`)
+if (sc.seccompProfile !== undefined && sc.seccompProfile.type !== 'RuntimeDefault') { fail(`seccomp ${sc.seccompProfile.type} is not translated`) }
 
 // Writable volumes: an emptyDir is a tmpfs here; anything else cannot be reproduced.
 for (const mount of container.volumeMounts ?? []) {
@@ -104,11 +120,15 @@ const env: string[] = []
 for (const variable of container.env ?? []) {
   let value = variable.value
   const ref = variable.valueFrom?.secretKeyRef
-  if (variable.valueFrom !== undefined && ref === undefined) fail(`env ${variable.name}: only value and secretKeyRef are translated`)
+  if (variable.valueFrom !== undefined && ref === undefined) { fail(`env ${variable.name}: only value and secretKeyRef are translated`) }
   if (ref !== undefined) {
     const secret = secrets.get(ref.name)
-    const stored = secret?.stringData?.[ref.key] ?? (secret?.data?.[ref.key] === undefined ? undefined : Buffer.from(secret.data[ref.key] as string, 'base64').toString('utf8'))
-    if (stored === undefined && ref.optional !== true) fail(`env ${variable.name}: Secret ${ref.name} has no ${ref.key}, and the reference is not optional`)
+    const stored =
+      secret?.stringData?.[ref.key] ??
+      (secret?.data?.[ref.key] === undefined
+        ? undefined
+        : Buffer.from(secret.data[ref.key] as string, 'base64').toString('utf8'))
+    if (stored === undefined && ref.optional !== true) { fail(`env ${variable.name}: Secret ${ref.name} has no ${ref.key}, and the reference is not optional`) }
     value = stored
   }
   if (value === undefined) continue
@@ -129,16 +149,25 @@ const ports = Object.fromEntries((container.ports ?? []).map(p => [p.name ?? Str
 const probe = (p: Probe | undefined): unknown => {
   if (p === undefined) return undefined
   if (p.httpGet === undefined) fail('only httpGet probes are translated')
-  const port = typeof p.httpGet.port === 'number' ? p.httpGet.port : ports[p.httpGet.port] ?? fail(`probe port ${p.httpGet.port} is not a container port`)
+  const port =
+    typeof p.httpGet.port === 'number'
+      ? p.httpGet.port
+      : (ports[p.httpGet.port] ?? fail(`probe port ${p.httpGet.port} is not a container port`))
   return { path: p.httpGet.path, port, periodSeconds: p.periodSeconds ?? 10, failureThreshold: p.failureThreshold ?? 3 }
 }
 
-console.log(JSON.stringify({
-  image: container.image,
-  flags,
-  command,
-  env,
-  grace: pod.terminationGracePeriodSeconds ?? 30,
-  ports,
-  probes: { startup: probe(container.startupProbe), liveness: probe(container.livenessProbe), readiness: probe(container.readinessProbe) }
-}))
+console.log(
+  JSON.stringify({
+    image: container.image,
+    flags,
+    command,
+    env,
+    grace: pod.terminationGracePeriodSeconds ?? 30,
+    ports,
+    probes: {
+      startup: probe(container.startupProbe),
+      liveness: probe(container.livenessProbe),
+      readiness: probe(container.readinessProbe)
+    }
+  })
+)

@@ -36,12 +36,14 @@ function git (args: string[]): string | undefined {
 }
 
 /** The published document to compare with, and where it came from; undefined when there is none yet. */
-async function baseDocument (file: string | undefined): Promise<{ text: string, from: string } | undefined> {
+async function baseDocument (file: string | undefined): Promise<{ text: string; from: string } | undefined> {
   const named = file ?? process.env.API_BASE
   if (named !== undefined && named !== '') return { text: await readFile(named, 'utf8'), from: named }
   const head = git(['rev-parse', 'HEAD'])
   if (head === undefined) return undefined
-  const mergeBase = ['origin/main', 'main'].map(ref => git(['merge-base', 'HEAD', ref])).find(found => found !== undefined && found !== head)
+  const mergeBase = ['origin/main', 'main']
+    .map(ref => git(['merge-base', 'HEAD', ref]))
+    .find(found => found !== undefined && found !== head)
   const ref = process.env.API_BASE_REF ?? mergeBase ?? 'HEAD^'
   const text = git(['show', `${ref}:${DOCUMENT}`])
   return text === undefined ? undefined : { text, from: `${DOCUMENT} at ${ref}` }
@@ -59,13 +61,16 @@ export async function generate (): Promise<string[]> {
 }
 
 /** What `check` found: errors fail CI; notes (allowed changes, where the base came from) are information. */
-export interface CheckResult { errors: string[], notes: string[] }
+export interface CheckResult {
+  errors: string[]
+  notes: string[]
+}
 
 /**
  * Stale files (only without `document`) and breaking changes against the base. With `document`,
  * that file stands for the served document and only the breaking-change check runs.
  */
-export async function check (options: { base?: string, document?: string }): Promise<CheckResult> {
+export async function check (options: { base?: string; document?: string }): Promise<CheckResult> {
   const problems: string[] = []
   const notes: string[] = []
   let current: string
@@ -74,13 +79,15 @@ export async function check (options: { base?: string, document?: string }): Pro
   } else {
     current = await servedOpenApi()
     for (const [file, make] of Object.entries(ARTIFACTS)) {
-      if (await readOrEmpty(file) === await make(current)) continue
+      if ((await readOrEmpty(file)) === (await make(current))) continue
       problems.push(`${file} is stale against the document the service serves: run npm run api:generate and commit it`)
     }
   }
   const base = await baseDocument(options.base)
   if (base === undefined) {
-    notes.push(`no published ${DOCUMENT} to compare with (none at the merge base or HEAD^): breaking-change check skipped`)
+    notes.push(
+      `no published ${DOCUMENT} to compare with (none at the merge base or HEAD^): breaking-change check skipped`
+    )
   } else {
     const { breaking, warnings } = compareDocuments(JSON.parse(base.text), JSON.parse(current))
     for (const warning of warnings) notes.push(`warning: ${warning}`)

@@ -6,7 +6,12 @@ import { constants } from 'node:os'
 import { rm } from 'node:fs/promises'
 import { BUILT_CHECKOUT_VARIABLE, buildCheckout } from '../test/helpers/built-checkout.js'
 import { SERVER_SOURCE_VARIABLE, SERVER_URL_VARIABLE } from '../test/helpers/database.js'
-import { chooseSource, describeChoice, startPostgresServer, type PostgresServer } from '../test/helpers/postgres-server.js'
+import {
+  chooseSource,
+  describeChoice,
+  startPostgresServer,
+  type PostgresServer
+} from '../test/helpers/postgres-server.js'
 
 /**
  * `npm test`: one PostgreSQL server and one build of the checkout for the whole run (each test
@@ -20,13 +25,19 @@ import { chooseSource, describeChoice, startPostgresServer, type PostgresServer 
  */
 const require = createRequire(import.meta.url)
 const tapPackage = require.resolve('tap/package.json')
-const tapBin = path.join(path.dirname(tapPackage), (JSON.parse(readFileSync(tapPackage, 'utf8')) as { bin: { tap: string } }).bin.tap)
+const tapBin = path.join(
+  path.dirname(tapPackage),
+  (JSON.parse(readFileSync(tapPackage, 'utf8')) as { bin: { tap: string } }).bin.tap
+)
 
 let signalled: NodeJS.Signals | undefined
 let tap: ReturnType<typeof spawn> | undefined
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
   // Let tap finish its own teardown; the server is stopped once it has exited.
-  process.on(signal, () => { signalled = signal; tap?.kill(signal) })
+  process.on(signal, () => {
+    signalled = signal
+    tap?.kill(signal)
+  })
 }
 
 function exitCodeFor (signal: NodeJS.Signals): number {
@@ -67,7 +78,9 @@ if (starting.status === 'rejected' || building.status === 'rejected') {
 const server: PostgresServer = starting.value
 const built = building.value
 const seconds = ((Date.now() - started) / 1000).toFixed(1)
-console.log(`test database: ${server.source} server ready and checkout built after ${seconds} s; one database per test file`)
+console.log(
+  `test database: ${server.source} server ready and checkout built after ${seconds} s; one database per test file`
+)
 
 let exitCode = 1
 if (signalled === undefined) {
@@ -81,8 +94,13 @@ if (signalled === undefined) {
     }
   })
   exitCode = await new Promise<number>(resolve => {
-    tap?.on('exit', (code, signal) => { resolve(code ?? exitCodeFor(signal ?? 'SIGTERM')) })
-    tap?.on('error', err => { console.error(`could not run tap: ${err.message}`); resolve(1) })
+    tap?.on('exit', (code, signal) => {
+      resolve(code ?? exitCodeFor(signal ?? 'SIGTERM'))
+    })
+    tap?.on('error', err => {
+      console.error(`could not run tap: ${err.message}`)
+      resolve(1)
+    })
   })
 } else {
   exitCode = exitCodeFor(signalled)

@@ -10,7 +10,13 @@ import { loadConfig } from '../src/config.js'
 export async function servedOpenApi (): Promise<string> {
   const NO_DATABASE = 'postgres://openapi-export@127.0.0.1:1/none'
   const { DATABASE_DIRECT_URL: _direct, ...env } = process.env
-  const config = loadConfig({ ...env, DATABASE_URL: NO_DATABASE, API_KEYS: 'openapi-export', LOG_LEVEL: 'silent', METRICS_PORT: '0' })
+  const config = loadConfig({
+    ...env,
+    DATABASE_URL: NO_DATABASE,
+    API_KEYS: 'openapi-export',
+    LOG_LEVEL: 'silent',
+    METRICS_PORT: '0'
+  })
   const app = await buildApp({ ...config, databaseUrl: NO_DATABASE })
   try {
     const res = await app.inject({ method: 'GET', url: '/docs/openapi.json' })

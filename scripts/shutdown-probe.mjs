@@ -25,20 +25,33 @@ if (sep < 0 || !base || !key || killCmd.length === 0) {
   process.exit(2)
 }
 const target = new URL(base)
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 1 })
 
 function request (path, { agent = false, headers = {} } = {}) {
   return new Promise((resolve, reject) => {
-    const req = http.request({
-      host: target.hostname, port: target.port, path, agent, headers, timeout: 5000
-    }, (res) => {
-      res.resume()
-      res.on('end', () => resolve({ status: res.statusCode, connection: res.headers.connection, socketReused: req.reusedSocket }))
-      res.on('error', reject)
-    })
+    const req = http.request(
+      {
+        host: target.hostname,
+        port: target.port,
+        path,
+        agent,
+        headers,
+        timeout: 5000
+      },
+      res => {
+        res.resume()
+        res.on('end', () =>
+          resolve({ status: res.statusCode, connection: res.headers.connection, socketReused: req.reusedSocket })
+        )
+        res.on('error', reject)
+      }
+    )
     req.on('timeout', () => req.destroy(new Error('timeout')))
-    req.on('error', (err) => { err.reusedSocket = req.reusedSocket; reject(err) })
+    req.on('error', err => {
+      err.reusedSocket = req.reusedSocket
+      reject(err)
+    })
     req.end()
   })
 }
@@ -64,7 +77,9 @@ await new Promise((resolve, reject) => {
   idle.once('data', () => resolve())
 })
 idle.on('error', () => {})
-idle.on('close', () => { idleState.closedAt = Date.now() })
+idle.on('close', () => {
+  idleState.closedAt = Date.now()
+})
 
 const signalledAt = Date.now()
 const killed = spawnSync(killCmd[0], killCmd.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] })
@@ -89,14 +104,17 @@ const result = {
 // The listener has closed when a new connection is refused, or, through a port-forwarding
 // proxy (docker-proxy behind a published port), accepted and then dropped without an answer
 // once the instance has begun shutting down. A reset on a reused keep-alive socket never counts.
-const listenerGone = (err) => err.code === 'ECONNREFUSED' ||
+const listenerGone = err =>
+  err.code === 'ECONNREFUSED' ||
   (err.code === 'ECONNRESET' && !err.reusedSocket && result.readyTurned503AfterMs !== null)
 const deadline = signalledAt + 60_000
 while (Date.now() < deadline) {
   let closed = false
   try {
     const r = await request('/health/ready')
-    if (r.status === 503 && result.readyTurned503AfterMs === null) result.readyTurned503AfterMs = Date.now() - signalledAt
+    if (r.status === 503 && result.readyTurned503AfterMs === null) {
+      result.readyTurned503AfterMs = Date.now() - signalledAt
+    }
     if (r.status === 200 && result.readyTurned503AfterMs !== null) result.failures.push('ready answered 200 after 503')
   } catch (err) {
     if (listenerGone(err)) closed = err.code
@@ -127,7 +145,7 @@ result.idleKeepAliveClosedAfterMs = idleState.closedAt === null ? null : idleSta
 idle.destroy()
 keepAlive.destroy()
 
-if (result.readyTurned503AfterMs === null || result.readyTurned503AfterMs - result.killCommandMs > 1000) result.failures.push('ready did not turn 503 within 1 s of SIGTERM')
+if (result.readyTurned503AfterMs === null || result.readyTurned503AfterMs - result.killCommandMs > 1000) { result.failures.push('ready did not turn 503 within 1 s of SIGTERM') }
 if (result.drainApiWithoutConnectionClose > 0) result.failures.push('responses after SIGTERM without Connection: close')
 if (result.listenerClosedAfterMs === null) result.failures.push('listener still open after 60 s')
 if (result.idleKeepAliveClosedAfterMs === null) result.failures.push('idle keep-alive socket left open by the server')

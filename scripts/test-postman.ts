@@ -40,8 +40,12 @@ const server = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
   },
   stdio: ['ignore', 'pipe', 'pipe']
 })
-server.stdout.on('data', (chunk: Buffer) => { output += chunk.toString() })
-server.stderr.on('data', (chunk: Buffer) => { output += chunk.toString() })
+server.stdout.on('data', (chunk: Buffer) => {
+  output += chunk.toString()
+})
+server.stderr.on('data', (chunk: Buffer) => {
+  output += chunk.toString()
+})
 const exited = once(server, 'exit')
 
 async function stop (): Promise<void> {
@@ -55,7 +59,9 @@ async function stop (): Promise<void> {
 async function ready (): Promise<void> {
   const deadline = Date.now() + 90_000
   while (Date.now() < deadline) {
-    if (server.exitCode !== null) throw new Error(`the server exited (${server.exitCode}) before it was ready:\n${output}`)
+    if (server.exitCode !== null) {
+      throw new Error(`the server exited (${server.exitCode}) before it was ready:\n${output}`)
+    }
     const res = await fetch(`${base}/health/ready`).catch(() => undefined)
     if (res?.status === 200) return
     await sleep(500)
@@ -67,18 +73,29 @@ try {
   await ready()
   const res = await fetch(`${base}/docs/petstore.postman_collection.json`)
   if (res.status !== 200) throw new Error(`GET /docs/petstore.postman_collection.json answered ${res.status}`)
-  const collection = await res.json() as object
+  const collection = (await res.json()) as object
   const summary = await new Promise<newman.NewmanRunSummary>((resolve, reject) => {
-    newman.run({
-      collection,
-      envVar: [{ key: 'baseUrl', value: `${base}/v1` }, { key: 'bearerToken', value: key }],
-      reporters: 'cli',
-      reporter: { cli: { noColor: true } }
-    }, (err, result) => { if (err !== null && err !== undefined) reject(err); else resolve(result) })
+    newman.run(
+      {
+        collection,
+        envVar: [
+          { key: 'baseUrl', value: `${base}/v1` },
+          { key: 'bearerToken', value: key }
+        ],
+        reporters: 'cli',
+        reporter: { cli: { noColor: true } }
+      },
+      (err, result) => {
+        if (err !== null && err !== undefined) reject(err)
+        else resolve(result)
+      }
+    )
   })
   const { assertions, requests } = summary.run.stats
   const failures = summary.run.failures.length
-  console.log(`newman: ${requests.total ?? 0} requests, ${assertions.total ?? 0} assertions, ${assertions.failed ?? 0} failed assertions, ${failures} failures`)
+  console.log(
+    `newman: ${requests.total ?? 0} requests, ${assertions.total ?? 0} assertions, ${assertions.failed ?? 0} failed assertions, ${failures} failures`
+  )
   if (failures > 0 || (assertions.failed ?? 0) > 0 || (assertions.total ?? 0) === 0) process.exitCode = 1
 } catch (err) {
   console.error(err)

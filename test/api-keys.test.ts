@@ -16,21 +16,28 @@ import { TcpProxy } from './helpers/tcp-proxy.js'
 const db = await testDatabase(t)
 const FOLLOW_MS = 1000
 
-interface NewKey { key: string, id: string }
+interface NewKey {
+  key: string
+  id: string
+}
 
 async function sql (text: string, values: unknown[] = []): Promise<Array<Record<string, unknown>>> {
   return await withClient(db.url, async client => (await client.query(text, values)).rows)
 }
 
-async function issue (scope: 'read' | 'write', extra: { rate?: number, expiresInMs?: number } = {}): Promise<NewKey> {
+async function issue (scope: 'read' | 'write', extra: { rate?: number; expiresInMs?: number } = {}): Promise<NewKey> {
   const key = generateKey()
-  const [row] = await sql(`INSERT INTO api_keys (name, scope, prefix, digest, rate_limit_per_minute, expires_at)
+  const [row] = await sql(
+    `INSERT INTO api_keys (name, scope, prefix, digest, rate_limit_per_minute, expires_at)
     VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond') RETURNING id`,
-  [`test ${scope}`, scope, keyPrefix(key), sha256(key), extra.rate ?? null, extra.expiresInMs ?? null])
+    [`test ${scope}`, scope, keyPrefix(key), sha256(key), extra.rate ?? null, extra.expiresInMs ?? null]
+  )
   return { key, id: String(row?.id) }
 }
 
-const revoke = async (id: string): Promise<void> => { await sql('UPDATE api_keys SET revoked_at = now() WHERE id = $1', [id]) }
+const revoke = async (id: string): Promise<void> => {
+  await sql('UPDATE api_keys SET revoked_at = now() WHERE id = $1', [id])
+}
 
 async function list (app: FastifyInstance, key: string): Promise<number> {
   return (await app.inject({ url: '/v1/categories', headers: { authorization: `Bearer ${key}` } })).statusCode
@@ -39,7 +46,7 @@ async function list (app: FastifyInstance, key: string): Promise<number> {
 /** How long until `app` answers `status` to a list with `key`; fails past FOLLOW_MS. */
 async function follows (t: Test, app: FastifyInstance, key: string, status: number, what: string): Promise<void> {
   const started = performance.now()
-  await until(`${what}: ${status}`, async () => await list(app, key) === status, 3000, 10)
+  await until(`${what}: ${status}`, async () => (await list(app, key)) === status, 3000, 10)
   const ms = performance.now() - started
   t.ok(ms < FOLLOW_MS, `${what} within ${FOLLOW_MS} ms (${Math.round(ms)} ms)`)
 }
@@ -78,11 +85,20 @@ t.test('scopes: read lists and gets, write also creates; static keys have every 
   const read = await issue('read')
   const write = await issue('write')
   await app.apiKeys.reload()
-  const post = async (authorization: string): Promise<{ statusCode: number, json: () => unknown }> =>
-    await app.inject({ method: 'POST', url: '/v1/categories', headers: { authorization, 'content-type': 'application/json' }, payload: { name: 'x' } })
+  const post = async (authorization: string): Promise<{ statusCode: number; json: () => unknown }> =>
+    await app.inject({
+      method: 'POST',
+      url: '/v1/categories',
+      headers: { authorization, 'content-type': 'application/json' },
+      payload: { name: 'x' }
+    })
   const refused = await post(`Bearer ${read.key}`)
   t.equal(refused.statusCode, 403)
-  t.same(refused.json(), { code: 'FORBIDDEN', message: 'this API key has the read scope; POST needs a key with the write scope', status: 403 })
+  t.same(refused.json(), {
+    code: 'FORBIDDEN',
+    message: 'this API key has the read scope; POST needs a key with the write scope',
+    status: 403
+  })
   const created = await post(`Bearer ${write.key}`)
   t.equal(created.statusCode, 201)
   t.equal(await list(app, read.key), 200)
@@ -90,10 +106,14 @@ t.test('scopes: read lists and gets, write also creates; static keys have every 
   t.equal((await app.inject({ url, headers: { authorization: `Bearer ${read.key}` } })).statusCode, 200)
   t.equal((await post(AUTH.authorization)).statusCode, 201, 'a static key may create')
 
-  const line = logs.lines.map(l => JSON.parse(l) as { msg: string, req?: { apiKeyId?: string }, statusCode?: number })
+  const line = logs.lines
+    .map(l => JSON.parse(l) as { msg: string; req?: { apiKeyId?: string }; statusCode?: number })
     .find(l => l.msg === 'request completed' && l.statusCode === 403)
   t.equal(line?.req?.apiKeyId, read.id, "the request's log line names the key by its id")
-  t.notOk(logs.lines.some(l => l.includes(read.key) || l.includes(write.key)), 'no log line holds a key')
+  t.notOk(
+    logs.lines.some(l => l.includes(read.key) || l.includes(write.key)),
+    'no log line holds a key'
+  )
 })
 
 t.test('a mistyped, unknown, revoked or expired key is a failed authentication', async t => {
@@ -136,26 +156,40 @@ t.test('last use is recorded without a write per request: once, when the instanc
   t.type(after[0]?.last_used_at, Date, 'written when the instance flushed (every 30 s, and at close)')
 })
 
-t.test('the database unreachable: known keys authenticate, and a revocation made meanwhile holds once it is back', async t => {
-  const target = new URL(db.url)
-  const proxy = await TcpProxy.start({ host: target.hostname, port: Number(target.port) })
-  t.teardown(async () => { await proxy.close() })
-  const { app } = await testApp(t, proxy.url(db.url), { DB_CONNECTION_TIMEOUT_MS: '300', RATE_LIMIT_AUTH_FAILURES: '1000000' })
-  const known = await issue('read')
-  const revoked = await issue('read')
-  await app.apiKeys.reload()
-  t.equal(await list(app, known.key), 200)
-  proxy.down()
-  await until('the feed has lost its connection', async () => !app.changeFeed.listening)
-  const during = await app.inject({ url: '/v1/categories', headers: { authorization: `Bearer ${known.key}` } })
-  t.equal(during.statusCode, 503, 'the key is accepted; the list needs the database')
-  t.equal((await app.inject({ url: '/v1/categories/1', headers: { authorization: `Bearer ${generateKey()}` } })).statusCode, 401,
-    'an unknown key is still refused')
-  await revoke(revoked.id)
-  await sleep(1000)
-  t.equal((await app.inject({ url: '/v1/categories/1', headers: { authorization: `Bearer ${revoked.key}` } })).statusCode, 503,
-    'the revocation cannot be heard yet: the key is known')
-  proxy.restore()
-  await follows(t, app, revoked.key, 401, 'the revocation holds once the database is back')
-  t.equal(await list(app, known.key), 200)
-})
+t.test(
+  'the database unreachable: known keys authenticate, and a revocation made meanwhile holds once it is back',
+  async t => {
+    const target = new URL(db.url)
+    const proxy = await TcpProxy.start({ host: target.hostname, port: Number(target.port) })
+    t.teardown(async () => {
+      await proxy.close()
+    })
+    const { app } = await testApp(t, proxy.url(db.url), {
+      DB_CONNECTION_TIMEOUT_MS: '300',
+      RATE_LIMIT_AUTH_FAILURES: '1000000'
+    })
+    const known = await issue('read')
+    const revoked = await issue('read')
+    await app.apiKeys.reload()
+    t.equal(await list(app, known.key), 200)
+    proxy.down()
+    await until('the feed has lost its connection', async () => !app.changeFeed.listening)
+    const during = await app.inject({ url: '/v1/categories', headers: { authorization: `Bearer ${known.key}` } })
+    t.equal(during.statusCode, 503, 'the key is accepted; the list needs the database')
+    t.equal(
+      (await app.inject({ url: '/v1/categories/1', headers: { authorization: `Bearer ${generateKey()}` } })).statusCode,
+      401,
+      'an unknown key is still refused'
+    )
+    await revoke(revoked.id)
+    await sleep(1000)
+    t.equal(
+      (await app.inject({ url: '/v1/categories/1', headers: { authorization: `Bearer ${revoked.key}` } })).statusCode,
+      503,
+      'the revocation cannot be heard yet: the key is known'
+    )
+    proxy.restore()
+    await follows(t, app, revoked.key, 401, 'the revocation holds once the database is back')
+    t.equal(await list(app, known.key), 200)
+  }
+)

@@ -5,19 +5,33 @@ import { listeningApp, testApp, AUTH, OTHER_KEY, TEST_KEY } from './helpers/app.
 import { testDatabase } from './helpers/database.js'
 
 const db = await testDatabase(t)
-// These tests send far more than 20 unauthenticated requests from one address; the failed-auth limit is tested in rate-limit.test.ts.
+// These tests send far more than 20 unauthenticated requests from one address; the failed-auth limit is tested in
+// rate-limit.test.ts.
 const { app, logs } = await testApp(t, db.url, { LOG_LEVEL: 'trace', RATE_LIMIT_AUTH_FAILURES: '1000000' })
 
 const CHALLENGE = 'Bearer realm="petstore"'
 const INVALID = 'Bearer realm="petstore", error="invalid_token"'
 
-async function get (url: string, headers: Record<string, string> = {}): Promise<{ status: number, body: any, challenge: string | undefined }> {
+async function get (
+  url: string,
+  headers: Record<string, string> = {}
+): Promise<{ status: number; body: any; challenge: string | undefined }> {
   const res = await app.inject({ method: 'GET', url, headers })
   return { status: res.statusCode, body: res.json(), challenge: res.headers['www-authenticate'] as string | undefined }
 }
 
 t.test('every /v1 path, known or not, is 401 without a key', async t => {
-  for (const url of ['/v1/categories', '/v1/categories/1', '/v1/categories/abc', '/v1/pets/1', '/v1/store/orders', '/v1/nope', '/v1', '/v1/', '/v1?x=1']) {
+  for (const url of [
+    '/v1/categories',
+    '/v1/categories/1',
+    '/v1/categories/abc',
+    '/v1/pets/1',
+    '/v1/store/orders',
+    '/v1/nope',
+    '/v1',
+    '/v1/',
+    '/v1?x=1'
+  ]) {
     const res = await get(url)
     t.equal(res.status, 401, url)
     t.same(res.body, { code: 'UNAUTHORIZED', message: res.body.message, status: 401 }, url)
@@ -55,8 +69,17 @@ t.test('the scheme name is case-insensitive and every configured key works', asy
 })
 
 t.test('the key is checked before the body is read, parsed or validated', async t => {
-  for (const [type, payload] of [['application/json', '{not json'], ['text/plain', 'x'], ['application/json', JSON.stringify({ name: 'x'.repeat(100000) })]]) {
-    const res = await app.inject({ method: 'POST', url: '/v1/categories', headers: { 'content-type': type as string }, payload })
+  for (const [type, payload] of [
+    ['application/json', '{not json'],
+    ['text/plain', 'x'],
+    ['application/json', JSON.stringify({ name: 'x'.repeat(100000) })]
+  ]) {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v1/categories',
+      headers: { 'content-type': type as string },
+      payload
+    })
     t.equal(res.statusCode, 401, `${type}: 401, not 400/413/415`)
   }
   const wrongMethod = await app.inject({ method: 'DELETE', url: '/v1/categories' })
@@ -74,14 +97,32 @@ t.test('operational endpoints need no key', async t => {
 t.test('API_KEY_SHA256: a deployment can hold digests instead of keys', async t => {
   const digest = createHash('sha256').update('hashed-only-key').digest('hex')
   const hashedDb = await db.createDatabase()
-  const { app: hashed } = await testApp(t, hashedDb, { API_KEYS: '', API_KEY_SHA256: `${'0'.repeat(64)},${digest.toUpperCase()}` }).catch(() => ({ app: undefined }))
+  const { app: hashed } = await testApp(t, hashedDb, {
+    API_KEYS: '',
+    API_KEY_SHA256: `${'0'.repeat(64)},${digest.toUpperCase()}`
+  }).catch(() => ({ app: undefined }))
   t.equal(hashed, undefined, 'an empty API_KEYS entry is a configuration error')
-  const { app: hashedApp } = await testApp(t, hashedDb, { API_KEYS: 'plain-key', API_KEY_SHA256: `${'0'.repeat(64)},${digest.toUpperCase()}` })
-  const ok = await hashedApp.inject({ method: 'GET', url: '/v1/categories', headers: { authorization: 'Bearer hashed-only-key' } })
+  const { app: hashedApp } = await testApp(t, hashedDb, {
+    API_KEYS: 'plain-key',
+    API_KEY_SHA256: `${'0'.repeat(64)},${digest.toUpperCase()}`
+  })
+  const ok = await hashedApp.inject({
+    method: 'GET',
+    url: '/v1/categories',
+    headers: { authorization: 'Bearer hashed-only-key' }
+  })
   t.equal(ok.statusCode, 200, 'key matched by its digest')
-  const plain = await hashedApp.inject({ method: 'GET', url: '/v1/categories', headers: { authorization: 'Bearer plain-key' } })
+  const plain = await hashedApp.inject({
+    method: 'GET',
+    url: '/v1/categories',
+    headers: { authorization: 'Bearer plain-key' }
+  })
   t.equal(plain.statusCode, 200, 'plain keys still work beside digests')
-  const digestAsKey = await hashedApp.inject({ method: 'GET', url: '/v1/categories', headers: { authorization: `Bearer ${digest}` } })
+  const digestAsKey = await hashedApp.inject({
+    method: 'GET',
+    url: '/v1/categories',
+    headers: { authorization: `Bearer ${digest}` }
+  })
   t.equal(digestAsKey.statusCode, 401, 'the digest itself is not a key')
 })
 
@@ -90,7 +131,12 @@ t.test('no key, digest or Authorization header appears in any log line', async t
   await get('/v1/categories', AUTH)
   await get('/v1/categories', { authorization: 'Bearer leaked-wrong-key-123' })
   await get(`/v1/categories?api_key=${TEST_KEY}`)
-  await app.inject({ method: 'POST', url: '/v1/categories', headers: { ...AUTH, 'content-type': 'application/json' }, payload: '{bad' })
+  await app.inject({
+    method: 'POST',
+    url: '/v1/categories',
+    headers: { ...AUTH, 'content-type': 'application/json' },
+    payload: '{bad'
+  })
   t.ok(logs.lines.length >= 4, `captured ${logs.lines.length} log lines at trace level`)
   const digest = createHash('sha256').update(TEST_KEY).digest('hex')
   for (const line of logs.lines) {
@@ -104,17 +150,31 @@ t.test('no key, digest or Authorization header appears in any log line', async t
 t.test('one keep-alive connection: every request is checked, whatever the connection sent before', async t => {
   const { port } = await listeningApp(t, await db.createDatabase(), { RATE_LIMIT_AUTH_FAILURES: '4' })
   const agent = new Agent({ keepAlive: true, maxSockets: 1 })
-  t.teardown(() => { agent.destroy() })
-  const sockets = new Set<unknown>()
-  const status = async (authorization?: string): Promise<number> => await new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path: '/v1/categories', agent, headers: authorization === undefined ? {} : { authorization } }, res => {
-      sockets.add(req.socket)
-      res.resume()
-      res.on('end', () => { resolve(res.statusCode ?? 0) })
-    })
-    req.on('error', reject)
-    req.end()
+  t.teardown(() => {
+    agent.destroy()
   })
+  const sockets = new Set<unknown>()
+  const status = async (authorization?: string): Promise<number> =>
+    await new Promise((resolve, reject) => {
+      const req = request(
+        {
+          host: '127.0.0.1',
+          port,
+          path: '/v1/categories',
+          agent,
+          headers: authorization === undefined ? {} : { authorization }
+        },
+        res => {
+          sockets.add(req.socket)
+          res.resume()
+          res.on('end', () => {
+            resolve(res.statusCode ?? 0)
+          })
+        }
+      )
+      req.on('error', reject)
+      req.end()
+    })
   t.equal(await status(AUTH.authorization), 200, 'a valid key')
   t.equal(await status(AUTH.authorization), 200, 'the same header again')
   t.equal(await status(`Bearer ${TEST_KEY}x`), 401, 'a longer key after a valid one')

@@ -14,7 +14,11 @@ t.test('an empty table lists as []', async t => {
 })
 
 t.test('create answers 201 with the stored category and a Location', async t => {
-  const res = await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name: 'Dogs', description: 'Loyal companions' }) })
+  const res = await app.inject({
+    method: 'POST',
+    url: '/v1/categories',
+    ...json({ name: 'Dogs', description: 'Loyal companions' })
+  })
   t.equal(res.statusCode, 201)
   const body = res.json()
   t.same(Object.keys(body).sort(), ['description', 'id', 'name'])
@@ -41,24 +45,47 @@ t.test('the list holds every category, ordered by id', async t => {
   for (const name of names) {
     t.equal((await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name }) })).statusCode, 201)
   }
-  const list = (await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })).json() as Array<{ id: number, name: string }>
+  const list = (await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })).json() as Array<{
+    id: number
+    name: string
+  }>
   const ids = list.map(c => c.id)
-  t.same(ids, [...ids].sort((a, b) => a - b), 'ascending ids')
+  t.same(
+    ids,
+    [...ids].sort((a, b) => a - b),
+    'ascending ids'
+  )
   t.equal(new Set(ids).size, ids.length, 'unique ids')
-  t.same(list.slice(-4).map(c => c.name), names, 'duplicates are allowed and kept in order')
+  t.same(
+    list.slice(-4).map(c => c.name),
+    names,
+    'duplicates are allowed and kept in order'
+  )
 })
 
 t.test('values round-trip exactly: no trimming, folding or normalisation', async t => {
   const samples = [
-    '  padded  ', 'MiXeD', 'e\u0301 (decomposed)', '\u00e9 (composed)', '😀 astral', '\u00a0nbsp', 'tab\tin description only'.replace('\t', ' '),
-    'quotes " and \\ backslash', '\u2028\u2029 separators', '\ufeffbom-like', 'x'.repeat(255), '𝄞'.repeat(255)
+    '  padded  ',
+    'MiXeD',
+    'e\u0301 (decomposed)',
+    '\u00e9 (composed)',
+    '😀 astral',
+    '\u00a0nbsp',
+    'tab\tin description only'.replace('\t', ' '),
+    'quotes " and \\ backslash',
+    '\u2028\u2029 separators',
+    '\ufeffbom-like',
+    'x'.repeat(255),
+    '𝄞'.repeat(255)
   ]
   for (const [i, name] of samples.entries()) {
     const description = `line1\nline2\r\n\ttabbed ${name}`
     const res = await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name, description }) })
     // Messages name the sample by index: a raw U+2028 in a TAP line would break the TAP stream itself.
     t.equal(res.statusCode, 201, `sample ${i}`)
-    const got = (await app.inject({ method: 'GET', url: `/v1/categories/${res.json().id as number}`, headers: AUTH })).json()
+    const got = (
+      await app.inject({ method: 'GET', url: `/v1/categories/${res.json().id as number}`, headers: AUTH })
+    ).json()
     t.equal(got.name, name, `sample ${i}: name`)
     t.equal(got.description, description, `sample ${i}: description`)
   }
@@ -75,7 +102,18 @@ t.test('getCategory: 404 for a missing id, 400 for a malformed one', async t => 
   const missing = await app.inject({ method: 'GET', url: '/v1/categories/9223372036854775807', headers: AUTH })
   t.equal(missing.statusCode, 404)
   t.same(missing.json(), { code: 'NOT_FOUND', message: 'no category with id 9223372036854775807', status: 404 })
-  for (const id of ['0', '-1', '1.5', 'abc', '9223372036854775808', '99999999999999999999', '01', '%201', '1e3', '+1']) {
+  for (const id of [
+    '0',
+    '-1',
+    '1.5',
+    'abc',
+    '9223372036854775808',
+    '99999999999999999999',
+    '01',
+    '%201',
+    '1e3',
+    '+1'
+  ]) {
     const res = await app.inject({ method: 'GET', url: `/v1/categories/${id}`, headers: AUTH })
     t.equal(res.statusCode, 400, id)
     t.equal(res.json().code, 'VALIDATION_FAILED', id)

@@ -13,25 +13,40 @@ const db = await testDatabase(t)
 const { app: a } = await testApp(t, db.url)
 const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
-t.teardown(async () => { await admin.end() })
+t.teardown(async () => {
+  await admin.end()
+})
 // A managed read key, written as `npm run keys` writes it, before the second instance reads its keys.
 const readKey = generateKey()
-await admin.query("INSERT INTO api_keys (name, scope, prefix, digest) VALUES ('reader', 'read', $1, $2)",
-  [keyPrefix(readKey), sha256(readKey)])
+await admin.query("INSERT INTO api_keys (name, scope, prefix, digest) VALUES ('reader', 'read', $1, $2)", [
+  keyPrefix(readKey),
+  sha256(readKey)
+])
 const READ_KEY_HEADERS = { authorization: `Bearer ${readKey}` }
 const { app: b } = await testApp(t, db.url)
-await until('both instances listen', async () =>
-  await metric(a, 'change_feed_listening') === 1 && await metric(b, 'change_feed_listening') === 1)
+await until(
+  'both instances listen',
+  async () => (await metric(a, 'change_feed_listening')) === 1 && (await metric(b, 'change_feed_listening')) === 1
+)
 
-interface Category { id: number, name: string, description?: string }
+interface Category {
+  id: number
+  name: string
+  description?: string
+}
 type Response = Awaited<ReturnType<FastifyInstance['inject']>>
-interface Request { method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE', url: string, headers?: Record<string, string>, payload?: string }
+interface Request {
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'
+  url: string
+  headers?: Record<string, string>
+  payload?: string
+}
 
 async function send (app: FastifyInstance, options: Request): Promise<Response> {
   return await app.inject({ ...options, headers: { ...AUTH, ...options.headers } })
 }
 
-async function create (app: FastifyInstance, body: object): Promise<{ row: Category, etag: string }> {
+async function create (app: FastifyInstance, body: object): Promise<{ row: Category; etag: string }> {
   const res = await app.inject({ method: 'POST', url: '/v1/categories', ...json(body) })
   if (res.statusCode !== 201) throw new Error(`create answered ${res.statusCode}: ${res.body}`)
   const row = res.json() as Category
@@ -44,8 +59,12 @@ async function tagOf (app: FastifyInstance, id: number): Promise<string> {
   return res.headers.etag as string
 }
 
-const patch = async (app: FastifyInstance, id: number | string, body: unknown,
-  headers: Record<string, string> = {}): Promise<Response> =>
+const patch = async (
+  app: FastifyInstance,
+  id: number | string,
+  body: unknown,
+  headers: Record<string, string> = {}
+): Promise<Response> =>
   await send(app, {
     method: 'PATCH',
     url: `/v1/categories/${id}`,
@@ -58,10 +77,16 @@ const list = async (app: FastifyInstance): Promise<Category[]> =>
 
 /** The list body, built from the table by this test's own code, not the service's. */
 async function expectedBody (): Promise<string> {
-  const { rows } = await admin.query<{ id: string, name: string, description: string | null }>(
-    'SELECT id::text, name, description FROM categories ORDER BY categories.id')
-  return `[${rows.map(row => `{"id":${row.id},"name":${JSON.stringify(row.name)}` +
-    `${row.description === null ? '' : `,"description":${JSON.stringify(row.description)}`}}`).join(',')}]`
+  const { rows } = await admin.query<{ id: string; name: string; description: string | null }>(
+    'SELECT id::text, name, description FROM categories ORDER BY categories.id'
+  )
+  return `[${rows
+    .map(
+      row =>
+        `{"id":${row.id},"name":${JSON.stringify(row.name)}` +
+        `${row.description === null ? '' : `,"description":${JSON.stringify(row.description)}`}}`
+    )
+    .join(',')}]`
 }
 
 const stored = async (id: number): Promise<unknown> =>
@@ -87,7 +112,8 @@ t.test('GET by id answers a strong ETag; If-None-Match with it is 304, and the t
   t.equal(res.headers.etag, updated.headers.etag, 'GET and the PATCH that made it agree')
 })
 
-t.test('PATCH is a JSON merge patch: members sent replace, members absent stay, null removes the description',
+t.test(
+  'PATCH is a JSON merge patch: members sent replace, members absent stay, null removes the description',
   async t => {
     const { row } = await create(a, { name: 'Cats', description: 'Independent' })
     const renamed = await patch(a, row.id, { name: 'House cats' })
@@ -105,14 +131,21 @@ t.test('PATCH is a JSON merge patch: members sent replace, members absent stay, 
     t.same(nothing.json(), { id: row.id, name: 'House cats' })
     t.equal(nothing.headers.etag, removed.headers.etag, 'and keeps the tag')
     const asJson = await send(a, {
-      method: 'PATCH', url: `/v1/categories/${row.id}`, ...json({ name: 'Cats again', description: '' })
+      method: 'PATCH',
+      url: `/v1/categories/${row.id}`,
+      ...json({ name: 'Cats again', description: '' })
     })
     t.equal(asJson.statusCode, 200, 'application/json is read the same way')
     t.same(asJson.json(), { id: row.id, name: 'Cats again', description: '' })
-    const withCharset = await patch(a, row.id, { name: 'Cats' },
-      { 'content-type': 'application/merge-patch+json; charset=utf-8' })
+    const withCharset = await patch(
+      a,
+      row.id,
+      { name: 'Cats' },
+      { 'content-type': 'application/merge-patch+json; charset=utf-8' }
+    )
     t.equal(withCharset.statusCode, 200, 'with a charset=utf-8 parameter too')
-  })
+  }
+)
 
 t.test('a PATCH that breaks a rule is a 400 in the Error shape, and nothing changes', async t => {
   const { row, etag } = await create(a, { name: 'Birds', description: 'Singing' })
@@ -127,8 +160,12 @@ t.test('a PATCH that breaks a rule is a 400 in the Error shape, and nothing chan
     ['a long name', { name: 'x'.repeat(256) }, 'VALIDATION_FAILED', "'name' must be at most 255 characters long"],
     ['a blank name', { name: '   ' }, 'VALIDATION_FAILED', "'name' "],
     ['a control character', { name: 'a\u0007b' }, 'VALIDATION_FAILED', "'name' "],
-    ['a number for the description', { description: 5 }, 'VALIDATION_FAILED',
-      "'description' must be of type string or null"],
+    [
+      'a number for the description',
+      { description: 5 },
+      'VALIDATION_FAILED',
+      "'description' must be of type string or null"
+    ],
     ['a repeated member', '{"name":"a","name":"b"}', 'VALIDATION_FAILED', 'name'],
     ['not JSON', '{"name":', 'MALFORMED_JSON', 'request body is not valid JSON'],
     ['an empty body', '', 'MALFORMED_JSON', 'request body is empty']
@@ -150,7 +187,10 @@ t.test('a PATCH that breaks a rule is a 400 in the Error shape, and nothing chan
 t.test('PATCH takes merge-patch+json or JSON only (415); DELETE needs no body', async t => {
   const { row } = await create(a, { name: 'Fish' })
   const res = await send(a, {
-    method: 'PATCH', url: `/v1/categories/${row.id}`, headers: { 'content-type': 'text/plain' }, payload: 'x'
+    method: 'PATCH',
+    url: `/v1/categories/${row.id}`,
+    headers: { 'content-type': 'text/plain' },
+    payload: 'x'
   })
   t.equal(res.statusCode, 415)
   t.same(res.json(), {
@@ -159,7 +199,10 @@ t.test('PATCH takes merge-patch+json or JSON only (415); DELETE needs no body', 
     status: 415
   })
   const post = await send(a, {
-    method: 'POST', url: '/v1/categories', headers: { 'content-type': 'application/merge-patch+json' }, payload: '{}'
+    method: 'POST',
+    url: '/v1/categories',
+    headers: { 'content-type': 'application/merge-patch+json' },
+    payload: '{}'
   })
   t.equal(post.statusCode, 415, 'a merge patch is no create body')
 })
@@ -186,7 +229,9 @@ t.test('If-Match: the current tag (or *) writes, any other is a 412 and nothing 
   const any = await patch(a, row.id, { name: 'Mules' }, { 'if-match': '*' })
   t.equal(any.statusCode, 200, '* matches any version')
   const removed = await send(a, {
-    method: 'DELETE', url: `/v1/categories/${row.id}`, headers: { 'if-match': any.headers.etag as string }
+    method: 'DELETE',
+    url: `/v1/categories/${row.id}`,
+    headers: { 'if-match': any.headers.etag as string }
   })
   t.equal(removed.statusCode, 204, 'DELETE with the current tag')
 })
@@ -194,11 +239,12 @@ t.test('If-Match: the current tag (or *) writes, any other is a 412 and nothing 
 t.test('two PATCHes with the same If-Match at once, on two instances: exactly one 200 and one 412', async t => {
   for (let round = 0; round < 10; round++) {
     const { row, etag } = await create(a, { name: `race ${round}` })
-    const answers = await Promise.all([a, b].map(async (app, i) =>
-      await patch(app, row.id, { name: `won by ${i}` }, { 'if-match': etag })))
+    const answers = await Promise.all(
+      [a, b].map(async (app, i) => await patch(app, row.id, { name: `won by ${i}` }, { 'if-match': etag }))
+    )
     t.same(answers.map(res => res.statusCode).sort(), [200, 412], `round ${round}`)
     const winner = answers.find(res => res.statusCode === 200)
-    t.equal((await stored(row.id) as Category).name, winner?.json().name, 'the winner\'s write is stored')
+    t.equal(((await stored(row.id)) as Category).name, winner?.json().name, "the winner's write is stored")
   }
 })
 
@@ -216,7 +262,11 @@ t.test('DELETE answers 204 with no body; the id is gone and never used again', a
   // Clients that send a JSON Content-Type with every request send it with an empty DELETE too.
   for (const contentType of ['application/json', 'text/plain']) {
     const { row: other } = await create(a, { name: 'Deleted with a content type' })
-    const typed = await send(a, { method: 'DELETE', url: `/v1/categories/${other.id}`, headers: { 'content-type': contentType } })
+    const typed = await send(a, {
+      method: 'DELETE',
+      url: `/v1/categories/${other.id}`,
+      headers: { 'content-type': contentType }
+    })
     t.equal(typed.statusCode, 204, `an empty body with Content-Type: ${contentType}`)
   }
   const { row: withBody } = await create(a, { name: 'Deleted with a body' })
@@ -232,9 +282,15 @@ t.test('a missing id is 404 and a malformed one 400, for PATCH and DELETE alike'
     t.same(missing.json(), { code: 'NOT_FOUND', message: 'no category with id 9223372036854775807', status: 404 })
     for (const id of ['0', '-1', '01', '1e3', 'abc', '9223372036854775808']) {
       const res = await send(a, { method, url: `/v1/categories/${id}`, ...options })
-      t.same(res.json(), {
-        code: 'VALIDATION_FAILED', message: "'id' must be a decimal integer from 1 to 9223372036854775807", status: 400
-      }, `${method} ${id}`)
+      t.same(
+        res.json(),
+        {
+          code: 'VALIDATION_FAILED',
+          message: "'id' must be a decimal integer from 1 to 9223372036854775807",
+          status: 400
+        },
+        `${method} ${id}`
+      )
     }
   }
 })
@@ -259,45 +315,69 @@ t.test('a read key gets 403 for PATCH and DELETE, no key 401; other methods 405 
     const res = await send(a, { method, url: `/v1/categories/${row.id}`, ...json({ name: 'x' }) })
     t.equal(res.statusCode, 405, method)
     const allowed = (res.headers.allow as string).split(', ')
-    t.ok(['GET', 'PATCH', 'DELETE'].every(m => allowed.includes(m)), `Allow: ${res.headers.allow as string}`)
+    t.ok(
+      ['GET', 'PATCH', 'DELETE'].every(m => allowed.includes(m)),
+      `Allow: ${res.headers.allow as string}`
+    )
   }
 })
 
-t.test('the instance that answered lists an update or delete in its next answer, the other within a second, ' +
-  'with no rebuild', async t => {
-  await list(a)
-  await list(b)
-  const refreshes = { a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }
-  for (let i = 0; i < 5; i++) {
-    const [writer, other] = i % 2 === 0 ? [a, b] : [b, a]
-    const { row } = await create(writer, { name: `followed ${i}` })
-    await patch(writer, row.id, { name: `followed ${i}, renamed`, description: 'new' })
-    t.same((await list(writer)).find(c => c.id === row.id), { id: row.id, name: `followed ${i}, renamed`, description: 'new' },
-      'the answering instance lists the update at once')
-    await until('the other instance lists the update', async () =>
-      (await list(other)).some(c => c.id === row.id && c.name === `followed ${i}, renamed`), 1000)
-    await send(writer, { method: 'DELETE', url: `/v1/categories/${row.id}` })
-    t.notOk((await list(writer)).some(c => c.id === row.id), 'the answering instance lists the delete at once')
-    await until('the other instance lists the delete', async () => !(await list(other)).some(c => c.id === row.id), 1000)
+t.test(
+  'the instance that answered lists an update or delete in its next answer, the other within a second, ' +
+    'with no rebuild',
+  async t => {
+    await list(a)
+    await list(b)
+    const refreshes = { a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }
+    for (let i = 0; i < 5; i++) {
+      const [writer, other] = i % 2 === 0 ? [a, b] : [b, a]
+      const { row } = await create(writer, { name: `followed ${i}` })
+      await patch(writer, row.id, { name: `followed ${i}, renamed`, description: 'new' })
+      t.same(
+        (await list(writer)).find(c => c.id === row.id),
+        { id: row.id, name: `followed ${i}, renamed`, description: 'new' },
+        'the answering instance lists the update at once'
+      )
+      await until(
+        'the other instance lists the update',
+        async () => (await list(other)).some(c => c.id === row.id && c.name === `followed ${i}, renamed`),
+        1000
+      )
+      await send(writer, { method: 'DELETE', url: `/v1/categories/${row.id}` })
+      t.notOk(
+        (await list(writer)).some(c => c.id === row.id),
+        'the answering instance lists the delete at once'
+      )
+      await until(
+        'the other instance lists the delete',
+        async () => !(await list(other)).some(c => c.id === row.id),
+        1000
+      )
+    }
+    const expected = await expectedBody()
+    for (const app of [a, b]) t.equal((await send(app, { method: 'GET', url: '/v1/categories' })).body, expected)
+    const { row } = await create(a, { name: 'tagged' })
+    await until('B lists it', async () => (await list(b)).some(c => c.id === row.id), 1000)
+    const tagBefore = (await send(b, { method: 'GET', url: '/v1/categories' })).headers.etag
+    await patch(a, row.id, { name: 'tagged, renamed' })
+    await until('B lists the rename', async () => (await list(b)).some(c => c.name === 'tagged, renamed'), 1000)
+    t.not((await send(b, { method: 'GET', url: '/v1/categories' })).headers.etag, tagBefore, "the list's tag changed")
+    t.same({ a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }, refreshes, 'neither rebuilt its list')
+    t.ok((await metric(b, 'categories_list_rows_changed_total', { change: 'replaced' })) > 0, 'rows were replaced')
+    const echoes = await metric(a, 'categories_list_own_echoes_total')
+    const { row: own } = await create(a, { name: 'own echo' })
+    await until(
+      'A heard the echo of its create',
+      async () => (await metric(a, 'categories_list_own_echoes_total')) > echoes
+    )
+    await patch(a, own.id, { name: 'own echo, renamed' })
+    await until(
+      'A knew the echo of its update by its version, and read nothing again',
+      async () => (await metric(a, 'categories_list_own_echoes_total')) > echoes + 1
+    )
+    t.ok((await metric(b, 'categories_list_rows_changed_total', { change: 'removed' })) > 0, 'and removed')
   }
-  const expected = await expectedBody()
-  for (const app of [a, b]) t.equal((await send(app, { method: 'GET', url: '/v1/categories' })).body, expected)
-  const { row } = await create(a, { name: 'tagged' })
-  await until('B lists it', async () => (await list(b)).some(c => c.id === row.id), 1000)
-  const tagBefore = (await send(b, { method: 'GET', url: '/v1/categories' })).headers.etag
-  await patch(a, row.id, { name: 'tagged, renamed' })
-  await until('B lists the rename', async () => (await list(b)).some(c => c.name === 'tagged, renamed'), 1000)
-  t.not((await send(b, { method: 'GET', url: '/v1/categories' })).headers.etag, tagBefore, 'the list\'s tag changed')
-  t.same({ a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }, refreshes, 'neither rebuilt its list')
-  t.ok(await metric(b, 'categories_list_rows_changed_total', { change: 'replaced' }) > 0, 'rows were replaced')
-  const echoes = await metric(a, 'categories_list_own_echoes_total')
-  const { row: own } = await create(a, { name: 'own echo' })
-  await until('A heard the echo of its create', async () => await metric(a, 'categories_list_own_echoes_total') > echoes)
-  await patch(a, own.id, { name: 'own echo, renamed' })
-  await until('A knew the echo of its update by its version, and read nothing again', async () =>
-    await metric(a, 'categories_list_own_echoes_total') > echoes + 1)
-  t.ok(await metric(b, 'categories_list_rows_changed_total', { change: 'removed' }) > 0, 'and removed')
-})
+)
 
 t.test('updates and deletes made in SQL are followed too, an id changed by an update included', async t => {
   const { row } = await create(a, { name: 'by SQL' })
@@ -306,10 +386,14 @@ t.test('updates and deletes made in SQL are followed too, an id changed by an up
   await until('B lists the rename', async () => (await list(b)).some(c => c.name === 'by SQL, renamed'), 1000)
   const moved = row.id + 1_000_000
   await admin.query('UPDATE categories SET id = $2 WHERE id = $1', [row.id, moved])
-  await until('B lists the new id, not the old', async () => {
-    const ids = (await list(b)).map(c => c.id)
-    return ids.includes(moved) && !ids.includes(row.id)
-  }, 1000)
+  await until(
+    'B lists the new id, not the old',
+    async () => {
+      const ids = (await list(b)).map(c => c.id)
+      return ids.includes(moved) && !ids.includes(row.id)
+    },
+    1000
+  )
   await admin.query('DELETE FROM categories WHERE id = $1', [moved])
   await until('B no longer lists it', async () => !(await list(b)).some(c => c.id === moved), 1000)
   t.equal((await send(b, { method: 'GET', url: '/v1/categories' })).body, await expectedBody())
@@ -346,19 +430,32 @@ t.test('paging: limit alone starts at the first row; a Link to the next page whi
   t.same(middle.json(), [all[2]], 'after an id: the rows with greater ids')
   const between = await send(a, { method: 'GET', url: `/v1/categories?limit=1&after=${(all[1]?.id ?? 0) + 0}` })
   t.same(between.json(), [all[2]])
-  t.equal((await send(a, { method: 'GET', url: '/v1/categories?unknown=1' })).body,
-    (await send(a, { method: 'GET', url: '/v1/categories' })).body, 'another parameter changes nothing (as in 1.0)')
+  t.equal(
+    (await send(a, { method: 'GET', url: '/v1/categories?unknown=1' })).body,
+    (await send(a, { method: 'GET', url: '/v1/categories' })).body,
+    'another parameter changes nothing (as in 1.0)'
+  )
 })
 
 t.test('paging: any other limit or after is a 400 naming it', async t => {
   const limitMessage = "'limit' must be a decimal integer from 1 to 10000"
   const afterMessage = "'after' must be a decimal integer from 1 to 9223372036854775807"
   const cases: Array<[string, string]> = [
-    ['limit=0', limitMessage], ['limit=10001', limitMessage], ['limit=-1', limitMessage], ['limit=1.5', limitMessage],
-    ['limit=01', limitMessage], ['limit=abc', limitMessage], ['limit=', limitMessage], ['limit=1&limit=2', limitMessage],
-    ['limit=1e2', limitMessage], ['limit=10&after=0', afterMessage], ['limit=10&after=-5', afterMessage],
-    ['limit=10&after=x', afterMessage], ['limit=10&after=9223372036854775808', afterMessage],
-    ['limit=10&after=1&after=2', afterMessage], ['after=5', "'after' is used with 'limit': send both, or neither"]
+    ['limit=0', limitMessage],
+    ['limit=10001', limitMessage],
+    ['limit=-1', limitMessage],
+    ['limit=1.5', limitMessage],
+    ['limit=01', limitMessage],
+    ['limit=abc', limitMessage],
+    ['limit=', limitMessage],
+    ['limit=1&limit=2', limitMessage],
+    ['limit=1e2', limitMessage],
+    ['limit=10&after=0', afterMessage],
+    ['limit=10&after=-5', afterMessage],
+    ['limit=10&after=x', afterMessage],
+    ['limit=10&after=9223372036854775808', afterMessage],
+    ['limit=10&after=1&after=2', afterMessage],
+    ['after=5', "'after' is used with 'limit': send both, or neither"]
   ]
   for (const [query, message] of cases) {
     const res = await send(a, { method: 'GET', url: `/v1/categories?${query}` })
@@ -372,7 +469,8 @@ t.test('paging: any other limit or after is a 400 naming it', async t => {
 t.test('paging through a list while rows are created and deleted: no row twice, none skipped that stayed', async t => {
   await admin.query("INSERT INTO categories (name) SELECT 'paged ' || i FROM generate_series(1, 300) AS i")
   await until('both instances list them', async () =>
-    (await Promise.all([a, b].map(list))).every(rows => rows.filter(c => c.name.startsWith('paged ')).length === 300))
+    (await Promise.all([a, b].map(list))).every(rows => rows.filter(c => c.name.startsWith('paged ')).length === 300)
+  )
   const before = (await list(a)).filter(c => c.name.startsWith('paged '))
   const doomed = new Set(before.filter((_, i) => i % 7 === 3).map(c => c.id))
   const seen: number[] = []
@@ -387,9 +485,17 @@ t.test('paging through a list while rows are created and deleted: no row twice, 
     url = (res.headers.link as string | undefined)?.match(/^<([^>]+)>/)?.[1]
   }
   t.equal(new Set(seen).size, seen.length, 'no row twice')
-  t.same(seen, [...seen].sort((x, y) => x - y), 'in id order')
+  t.same(
+    seen,
+    [...seen].sort((x, y) => x - y),
+    'in id order'
+  )
   const stayed = before.filter(c => !doomed.has(c.id)).map(c => c.id)
-  t.same(stayed.filter(id => !seen.includes(id)), [], 'every row that existed throughout was read')
+  t.same(
+    stayed.filter(id => !seen.includes(id)),
+    [],
+    'every row that existed throughout was read'
+  )
 })
 
 t.test('a page comes from the cached list: no rebuild, the same bytes as the list', async t => {
@@ -400,39 +506,57 @@ t.test('a page comes from the cached list: no rebuild, the same bytes as the lis
   const page = await send(a, { method: 'GET', url: `/v1/categories?limit=7&after=${whole[3]?.id}` })
   t.same(page.json(), whole.slice(4, 11))
   t.equal(await reads(a, 'refresh'), refreshes, 'no rebuild')
-  t.ok(await reads(a, 'cache') > cached, 'read from the cache')
+  t.ok((await reads(a, 'cache')) > cached, 'read from the cache')
 })
 
-t.test('any sequence of creates, updates and deletes on two instances, some at once, leaves both lists byte for ' +
-  'byte the table\'s, with no rebuild', async t => {
-  const seed = process.env.FC_SEED !== undefined && process.env.FC_SEED !== '' ? Number(process.env.FC_SEED) : Date.now() % 2 ** 31
-  t.comment(`fast-check seed ${seed}`)
-  const operation = fc.record({
-    on: fc.constantFrom(a, b),
-    kind: fc.constantFrom('create', 'update', 'delete', 'sql update'),
-    pick: fc.nat(),
-    name: fc.string({ minLength: 1, maxLength: 10 }).filter(name => new RegExp(NAME_PATTERN).test(name)),
-    description: fc.option(fc.string({ maxLength: 10 }).filter(text => new RegExp(DESCRIPTION_PATTERN).test(text)))
-  })
-  const refreshes = { a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }
-  await fc.assert(fc.asyncProperty(fc.array(fc.array(operation, { minLength: 1, maxLength: 4 }), { minLength: 1, maxLength: 6 }),
-    async steps => {
-      for (const step of steps) {
-        const ids = (await admin.query<{ id: number }>('SELECT id::int FROM categories ORDER BY id')).rows.map(row => row.id)
-        // The operations of a step go at once: the instances' caches see them in any order.
-        await Promise.all(step.map(async ({ on, kind, pick, name, description }) => {
-          const id = ids[pick % Math.max(1, ids.length)] ?? 1
-          if (kind === 'create') await create(on, description === null ? { name } : { name, description })
-          else if (kind === 'update') await patch(on, id, { name, description })
-          else if (kind === 'delete') await send(on, { method: 'DELETE', url: `/v1/categories/${id}` })
-          else await admin.query('UPDATE categories SET name = $2 WHERE id = $1', [id, name])
-        }))
-      }
-      const expected = await expectedBody()
-      for (const app of [a, b]) {
-        await until('the instance\'s list is the table\'s', async () =>
-          (await send(app, { method: 'GET', url: '/v1/categories' })).body === expected, 1000)
-      }
-    }), { seed, numRuns: 25 })
-  t.same({ a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }, refreshes, 'neither rebuilt its list')
-})
+t.test(
+  'any sequence of creates, updates and deletes on two instances, some at once, leaves both lists byte for ' +
+    "byte the table's, with no rebuild",
+  async t => {
+    const seed =
+      process.env.FC_SEED !== undefined && process.env.FC_SEED !== ''
+        ? Number(process.env.FC_SEED)
+        : Date.now() % 2 ** 31
+    t.comment(`fast-check seed ${seed}`)
+    const operation = fc.record({
+      on: fc.constantFrom(a, b),
+      kind: fc.constantFrom('create', 'update', 'delete', 'sql update'),
+      pick: fc.nat(),
+      name: fc.string({ minLength: 1, maxLength: 10 }).filter(name => new RegExp(NAME_PATTERN).test(name)),
+      description: fc.option(fc.string({ maxLength: 10 }).filter(text => new RegExp(DESCRIPTION_PATTERN).test(text)))
+    })
+    const refreshes = { a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.array(operation, { minLength: 1, maxLength: 4 }), { minLength: 1, maxLength: 6 }),
+        async steps => {
+          for (const step of steps) {
+            const ids = (await admin.query<{ id: number }>('SELECT id::int FROM categories ORDER BY id')).rows.map(
+              row => row.id
+            )
+            // The operations of a step go at once: the instances' caches see them in any order.
+            await Promise.all(
+              step.map(async ({ on, kind, pick, name, description }) => {
+                const id = ids[pick % Math.max(1, ids.length)] ?? 1
+                if (kind === 'create') await create(on, description === null ? { name } : { name, description })
+                else if (kind === 'update') await patch(on, id, { name, description })
+                else if (kind === 'delete') await send(on, { method: 'DELETE', url: `/v1/categories/${id}` })
+                else await admin.query('UPDATE categories SET name = $2 WHERE id = $1', [id, name])
+              })
+            )
+          }
+          const expected = await expectedBody()
+          for (const app of [a, b]) {
+            await until(
+              "the instance's list is the table's",
+              async () => (await send(app, { method: 'GET', url: '/v1/categories' })).body === expected,
+              1000
+            )
+          }
+        }
+      ),
+      { seed, numRuns: 25 }
+    )
+    t.same({ a: await reads(a, 'refresh'), b: await reads(b, 'refresh') }, refreshes, 'neither rebuilt its list')
+  }
+)

@@ -11,25 +11,37 @@ const db = await testDatabase(t)
 const { app, port } = await listeningApp(t, db.url)
 const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
-t.teardown(async () => { await admin.end() })
+t.teardown(async () => {
+  await admin.end()
+})
 
 /** The list body, built from the table by this test's own code, not the service's. */
 async function expectedBody (): Promise<string> {
-  const { rows } = await admin.query<{ id: string, name: string, description: string | null }>('SELECT id::text, name, description FROM categories ORDER BY categories.id')
+  const { rows } = await admin.query<{ id: string; name: string; description: string | null }>(
+    'SELECT id::text, name, description FROM categories ORDER BY categories.id'
+  )
   return `[${rows.map(c => `{"id":${c.id},"name":${JSON.stringify(c.name)}${c.description === null ? '' : `,"description":${JSON.stringify(c.description)}`}}`).join(',')}]`
 }
 
-interface Got { status: number, headers: http.IncomingHttpHeaders, raw: Buffer }
+interface Got {
+  status: number
+  headers: http.IncomingHttpHeaders
+  raw: Buffer
+}
 
 /** A GET of the list over a real socket, the body as it came on the wire (nothing decoded). */
 async function get (headers: Record<string, string> = {}): Promise<Got> {
   return await new Promise((resolve, reject) => {
-    http.get({ host: '127.0.0.1', port, path: '/v1/categories', headers: { ...AUTH, ...headers } }, res => {
-      const chunks: Buffer[] = []
-      res.on('data', (chunk: Buffer) => chunks.push(chunk))
-      res.on('end', () => { resolve({ status: res.statusCode ?? 0, headers: res.headers, raw: Buffer.concat(chunks) }) })
-      res.on('error', reject)
-    }).on('error', reject)
+    http
+      .get({ host: '127.0.0.1', port, path: '/v1/categories', headers: { ...AUTH, ...headers } }, res => {
+        const chunks: Buffer[] = []
+        res.on('data', (chunk: Buffer) => chunks.push(chunk))
+        res.on('end', () => {
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, raw: Buffer.concat(chunks) })
+        })
+        res.on('error', reject)
+      })
+      .on('error', reject)
   })
 }
 
@@ -38,7 +50,8 @@ const decoded = (got: Got): string => {
   const bytes = coding === 'gzip' ? gunzipSync(got.raw) : coding === 'br' ? brotliDecompressSync(got.raw) : got.raw
   return bytes.toString('utf8')
 }
-const compressions = async (encoding: string): Promise<number> => await metric(app, 'categories_list_compressions_total', { encoding })
+const compressions = async (encoding: string): Promise<number> =>
+  await metric(app, 'categories_list_compressions_total', { encoding })
 
 async function create (name: string, description?: string): Promise<void> {
   const res = await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name, description }) })
@@ -71,7 +84,7 @@ t.test('Accept-Encoding is read by q-value (RFC 9110 12.5.3)', async t => {
     ['gzip;q=abc, br;q=0.1', 'br'],
     ['gzip ; q=0.5', 'gzip']
   ]
-  for (const [header, coding] of cases) t.equal(negotiateEncoding(header), coding, `${String(header)} -> ${String(coding)}`)
+  for (const [header, coding] of cases) { t.equal(negotiateEncoding(header), coding, `${String(header)} -> ${String(coding)}`) }
 })
 
 t.test('a list under 1 KiB is sent as it is, with Vary', async t => {
@@ -97,7 +110,13 @@ t.test('gzip and Brotli by Accept-Encoding, identity otherwise', async t => {
     t.equal(got.headers.etag, identityTag, 'the strong tag of the bytes')
     t.equal(got.headers.vary, 'Accept-Encoding')
   }
-  for (const [header, coding] of [['gzip', 'gzip'], ['br', 'br'], ['gzip, br', 'br'], ['br;q=0.5, gzip', 'gzip'], ['gzip;q=0, *', 'br']]) {
+  for (const [header, coding] of [
+    ['gzip', 'gzip'],
+    ['br', 'br'],
+    ['gzip, br', 'br'],
+    ['br;q=0.5, gzip', 'gzip'],
+    ['gzip;q=0, *', 'br']
+  ]) {
     const got = await get({ 'accept-encoding': header as string })
     t.equal(got.status, 200)
     t.equal(got.headers['content-encoding'], coding, `${header as string}: ${coding as string}`)
@@ -127,12 +146,20 @@ t.test('If-None-Match: 304 for the tag of the coding the client gets, 200 for an
   t.equal(notModified.headers.vary, 'Accept-Encoding')
   t.equal((await get({ 'accept-encoding': 'br', 'if-none-match': brTag })).status, 304)
   t.equal((await get({ 'if-none-match': plainTag })).status, 304)
-  t.equal((await get({ 'accept-encoding': 'gzip', 'if-none-match': `"x", ${gzipTag.slice(2)}` })).status, 304, 'compared weakly, in a list')
+  t.equal(
+    (await get({ 'accept-encoding': 'gzip', 'if-none-match': `"x", ${gzipTag.slice(2)}` })).status,
+    304,
+    'compared weakly, in a list'
+  )
 
   const other = await get({ 'accept-encoding': 'br', 'if-none-match': gzipTag })
   t.equal(other.status, 200, 'the gzip tag does not match the Brotli body')
   t.equal(other.headers.etag, brTag)
-  t.equal((await get({ 'accept-encoding': 'gzip', 'if-none-match': plainTag })).status, 200, 'nor the identity tag a gzip body')
+  t.equal(
+    (await get({ 'accept-encoding': 'gzip', 'if-none-match': plainTag })).status,
+    200,
+    'nor the identity tag a gzip body'
+  )
   t.equal((await get({ 'if-none-match': gzipTag })).status, 200, 'nor the gzip tag the identity body')
 })
 
@@ -155,7 +182,11 @@ t.test('compressed once per list version and coding, however many read it; a cre
   t.equal(decoded(changed), await expectedBody(), 'the compressed body has the new row')
   t.match(decoded(changed), /and another/)
   t.not(changed.headers.etag, old.headers.etag)
-  t.equal((await get({ 'accept-encoding': 'gzip', 'if-none-match': old.headers.etag as string })).status, 200, 'the old tag no longer matches')
+  t.equal(
+    (await get({ 'accept-encoding': 'gzip', 'if-none-match': old.headers.etag as string })).status,
+    200,
+    'the old tag no longer matches'
+  )
   t.equal(await compressions('gzip'), before.gzip + 2)
 })
 
@@ -174,7 +205,11 @@ t.test('a list over 1 MiB, sent in parts, compresses to exactly its bytes', asyn
     t.equal(decoded(got), expected, `${coding} decodes to exactly the list`)
     t.equal(got.headers.etag, `W/${listTag(expected).slice(0, -1)}-${coding}"`)
   }
-  const head = await app.inject({ method: 'HEAD', url: '/v1/categories', headers: { ...AUTH, 'accept-encoding': 'gzip' } })
+  const head = await app.inject({
+    method: 'HEAD',
+    url: '/v1/categories',
+    headers: { ...AUTH, 'accept-encoding': 'gzip' }
+  })
   t.equal(head.statusCode, 200)
   t.equal(head.headers['content-encoding'], 'gzip')
   t.equal(head.rawPayload.length, 0, 'HEAD sends no body')

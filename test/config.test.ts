@@ -19,9 +19,10 @@ t.test('defaults outside production', async t => {
 t.test('keys: plain and hashed, several at once', async t => {
   const digest = createHash('sha256').update('c').digest('hex')
   const config = loadConfig({ API_KEYS: 'a, b', API_KEY_SHA256: digest })
-  t.same(config.apiKeyDigests.map(d => d.toString('hex')), [
-    createHash('sha256').update('a').digest('hex'), createHash('sha256').update('b').digest('hex'), digest
-  ])
+  t.same(
+    config.apiKeyDigests.map(d => d.toString('hex')),
+    [createHash('sha256').update('a').digest('hex'), createHash('sha256').update('b').digest('hex'), digest]
+  )
 })
 
 t.test('bad values stop the start with a message naming the variable', async t => {
@@ -51,41 +52,80 @@ t.test('bad values stop the start with a message naming the variable', async t =
   }
 })
 
-t.test('a key left at the example configuration\'s placeholder is refused, naming the variable, without echoing the value', async t => {
-  const digestOf = (key: string): string => createHash('sha256').update(key).digest('hex')
-  const cases: Array<[Record<string, string>, RegExp]> = [
-    [{ API_KEYS: 'change-me-api-key' }, /^API_KEYS entry 1 is a placeholder \(it starts with "change-me"\); replace it with a real key/],
-    [{ API_KEYS: 'real-key-1, CHANGE-ME-too' }, /^API_KEYS entry 2 is a placeholder/],
-    [{ API_KEYS: 'change-me' }, /^API_KEYS entry 1 is a placeholder/],
-    [{ API_KEY_SHA256: digestOf('change-me-api-key').toUpperCase() }, /^API_KEY_SHA256 entry 1 is the digest of a placeholder key/],
-    [{ NODE_ENV: 'production', DATABASE_URL: 'postgres://db/x', API_KEYS: 'change-me-api-key' }, /^API_KEYS entry 1 is a placeholder/]
-  ]
-  for (const [env, message] of cases) {
-    t.throws(() => loadConfig(env), message, JSON.stringify(env))
-    t.throws(() => loadConfig(env), ConfigError)
+t.test(
+  "a key left at the example configuration's placeholder is refused, naming the variable, without echoing the value",
+  async t => {
+    const digestOf = (key: string): string => createHash('sha256').update(key).digest('hex')
+    const cases: Array<[Record<string, string>, RegExp]> = [
+      [
+        { API_KEYS: 'change-me-api-key' },
+        /^API_KEYS entry 1 is a placeholder \(it starts with "change-me"\); replace it with a real key/
+      ],
+      [{ API_KEYS: 'real-key-1, CHANGE-ME-too' }, /^API_KEYS entry 2 is a placeholder/],
+      [{ API_KEYS: 'change-me' }, /^API_KEYS entry 1 is a placeholder/],
+      [
+        { API_KEY_SHA256: digestOf('change-me-api-key').toUpperCase() },
+        /^API_KEY_SHA256 entry 1 is the digest of a placeholder key/
+      ],
+      [
+        { NODE_ENV: 'production', DATABASE_URL: 'postgres://db/x', API_KEYS: 'change-me-api-key' },
+        /^API_KEYS entry 1 is a placeholder/
+      ]
+    ]
+    for (const [env, message] of cases) {
+      t.throws(() => loadConfig(env), message, JSON.stringify(env))
+      t.throws(() => loadConfig(env), ConfigError)
+    }
+    t.throws(
+      () => loadConfig({ API_KEYS: 'change-me-secret-value' }),
+      { message: /^(?!.*secret-value)/ },
+      'the value itself is not in the message'
+    )
+    t.equal(
+      loadConfig({ API_KEYS: 'not-change-me' }).apiKeyDigests.length,
+      1,
+      'only a key that starts with the placeholder is refused'
+    )
   }
-  t.throws(() => loadConfig({ API_KEYS: 'change-me-secret-value' }), { message: /^(?!.*secret-value)/ }, 'the value itself is not in the message')
-  t.equal(loadConfig({ API_KEYS: 'not-change-me' }).apiKeyDigests.length, 1, 'only a key that starts with the placeholder is refused')
-})
+)
 
 t.test('production defaults', async t => {
-  const config = loadConfig({ NODE_ENV: 'production', DATABASE_URL: 'postgres://db/x', API_KEYS: 'k', PETS_SUNSET: '2027-06-30', TRUST_PROXY: 'true' })
+  const config = loadConfig({
+    NODE_ENV: 'production',
+    DATABASE_URL: 'postgres://db/x',
+    API_KEYS: 'k',
+    PETS_SUNSET: '2027-06-30',
+    TRUST_PROXY: 'true'
+  })
   t.equal(config.production, true)
   t.equal(config.shutdown.drainMs, 5000)
   t.equal(config.petsSunset, 'Wed, 30 Jun 2027 00:00:00 GMT')
   t.equal(config.trustProxy, true)
   t.equal(loadConfig({ TRUST_PROXY: '10.0.0.0/8' }).trustProxy, '10.0.0.0/8')
-  t.equal(loadConfig({ DATABASE_URL: 'postgres://pooler/x', DATABASE_DIRECT_URL: 'postgres://db/x' }).databaseDirectUrl, 'postgres://db/x')
+  t.equal(
+    loadConfig({ DATABASE_URL: 'postgres://pooler/x', DATABASE_DIRECT_URL: 'postgres://db/x' }).databaseDirectUrl,
+    'postgres://db/x'
+  )
 })
 
 t.test('REDIS_URL: optional, checked, and never quoted in an error (it may hold a password)', async t => {
   t.equal(loadConfig({}).redis, undefined, 'unset: limits count per instance')
-  t.same(loadConfig({ REDIS_URL: 'redis://:pw@cache:6380/2' }).redis, { url: 'redis://:pw@cache:6380/2', timeoutMs: 100 })
-  t.same(loadConfig({ REDIS_URL: 'rediss://cache', REDIS_TIMEOUT_MS: '250' }).redis, { url: 'rediss://cache', timeoutMs: 250 })
+  t.same(loadConfig({ REDIS_URL: 'redis://:pw@cache:6380/2' }).redis, {
+    url: 'redis://:pw@cache:6380/2',
+    timeoutMs: 100
+  })
+  t.same(loadConfig({ REDIS_URL: 'rediss://cache', REDIS_TIMEOUT_MS: '250' }).redis, {
+    url: 'rediss://cache',
+    timeoutMs: 250
+  })
   for (const url of ['http://user:hunter2@cache', 'redis://', 'cache:6379', 'redis://user:hunter2@[bad', 'hunter2']) {
     t.throws(() => loadConfig({ REDIS_URL: url }), ConfigError)
     let message = ''
-    try { loadConfig({ REDIS_URL: url }) } catch (err) { message = (err as Error).message }
+    try {
+      loadConfig({ REDIS_URL: url })
+    } catch (err) {
+      message = (err as Error).message
+    }
     t.match(message, /REDIS_URL/, url)
     t.notMatch(message, /hunter2/, 'the value is not repeated')
   }

@@ -44,7 +44,9 @@ function codeBlock (text: string, language: string): string {
 async function freshCheckout (t: Test): Promise<string> {
   await mkdir(path.join(repo, '.cache'), { recursive: true })
   const copy = await mkdtemp(path.join(repo, '.cache', 'fresh-checkout-'))
-  t.teardown(async () => { await rm(copy, { recursive: true, force: true }) })
+  t.teardown(async () => {
+    await rm(copy, { recursive: true, force: true })
+  })
   const unbuilt = (source: string): boolean => !['dist', 'node_modules'].includes(path.basename(source))
   for (const entry of ['src', 'clients', 'packages', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) {
     await cp(path.join(repo, entry), path.join(copy, entry), { recursive: true, filter: unbuilt })
@@ -69,7 +71,7 @@ async function sharedCheckout (): Promise<string> {
   return await checkout
 }
 
-t.test('the README\'s TypeScript client program runs as written, by its commands, in a fresh checkout', async t => {
+t.test("the README's TypeScript client program runs as written, by its commands, in a fresh checkout", async t => {
   const db = await testDatabase(t)
   const { port } = await listeningApp(t, db.url)
   const section = readmeSection('Calling the API from TypeScript')
@@ -77,7 +79,9 @@ t.test('the README\'s TypeScript client program runs as written, by its commands
   const program = codeBlock(section, 'ts')
   const file = /\S+\.ts\b/.exec(commands)?.[0]
   const printed = /# prints: (.+)$/m.exec(commands)?.[1]
-  if (file === undefined || printed === undefined) throw new Error('the README\'s commands name no program file, or not what it prints')
+  if (file === undefined || printed === undefined) {
+    throw new Error("the README's commands name no program file, or not what it prints")
+  }
   const copy = await sharedCheckout()
   await writeFile(path.join(copy, file), program)
   // What npm start leaves for the commands: the development key (here, the test service's key).
@@ -92,13 +96,32 @@ t.test('the README\'s TypeScript client program runs as written, by its commands
   }
   t.equal(await lastLine(), printed, `the commands print what the README says: ${printed}`)
 
-  await withClient(db.url, async client => { await client.query('SELECT setval(\'categories_id_seq\', 9007199254740992)') })
+  await withClient(db.url, async client => {
+    await client.query("SELECT setval('categories_id_seq', 9007199254740992)")
+  })
   t.equal(await lastLine(), printed, 'and past 2^53, where JSON.parse would round the id')
 
   // A consumer compiling it under strict TypeScript, against the declarations the build wrote.
   const tsc = path.join(repo, 'node_modules', 'typescript', 'bin', 'tsc')
-  const options = ['--noEmit', '--strict', '--skipLibCheck', '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--lib', 'ES2023,DOM', '--types', 'node']
-  const reported = await run(process.execPath, [tsc, ...options, file], { cwd: copy }).then(() => '', (error: { stdout: string }) => error.stdout)
+  const options = [
+    '--noEmit',
+    '--strict',
+    '--skipLibCheck',
+    '--target',
+    'ES2022',
+    '--module',
+    'NodeNext',
+    '--moduleResolution',
+    'NodeNext',
+    '--lib',
+    'ES2023,DOM',
+    '--types',
+    'node'
+  ]
+  const reported = await run(process.execPath, [tsc, ...options, file], { cwd: copy }).then(
+    () => '',
+    (error: { stdout: string }) => error.stdout
+  )
   t.equal(reported, '', 'tsc --strict reports nothing')
 })
 
@@ -111,8 +134,12 @@ t.test('the documented way to list keys as JSON prints JSON alone, in a fresh ch
   }
   const db = await testDatabase(t)
   await runMigrations(db.url, { info: () => {}, warn: () => {}, error: () => {} })
-  await withClient(db.url, async client => await client.query(`INSERT INTO api_keys (name, scope, prefix, digest)
-    VALUES ('documented', 'read', 'petstore_abcd', decode(repeat('ab', 32), 'hex'))`))
+  await withClient(
+    db.url,
+    async client =>
+      await client.query(`INSERT INTO api_keys (name, scope, prefix, digest)
+    VALUES ('documented', 'read', 'petstore_abcd', decode(repeat('ab', 32), 'hex'))`)
+  )
   const copy = await sharedCheckout()
   for (const command of documented) {
     const { stdout } = await run('sh', ['-ec', command], { cwd: copy, env: { ...process.env, DATABASE_URL: db.url } })
@@ -122,17 +149,28 @@ t.test('the documented way to list keys as JSON prints JSON alone, in a fresh ch
 })
 
 /** Every variable of src/config.ts's EnvSchema, and its default when it has one. */
-const service = new Map(Object.entries(EnvSchema.properties).map(([name, schema]) =>
-  [name, 'default' in schema ? String(schema.default) : undefined]))
-const otelNamed = async (file: string): Promise<string[]> => (await readFile(file, 'utf8')).match(/\bOTEL_[A-Z0-9]+(?:_[A-Z0-9]+)*\b/g) ?? []
+const service = new Map(
+  Object.entries(EnvSchema.properties).map(([name, schema]) => [
+    name,
+    'default' in schema ? String(schema.default) : undefined
+  ])
+)
+const otelNamed = async (file: string): Promise<string[]> =>
+  (await readFile(file, 'utf8')).match(/\bOTEL_[A-Z0-9]+(?:_[A-Z0-9]+)*\b/g) ?? []
 /** The standard OpenTelemetry variables the service reads or documents. */
-const otel = [...new Set([
-  ...await otelNamed('src/telemetry.ts'), ...await otelNamed('README.md'), ...await otelNamed('docs/deployment.md')
-])].sort()
+const otel = [
+  ...new Set([
+    ...(await otelNamed('src/telemetry.ts')),
+    ...(await otelNamed('README.md')),
+    ...(await otelNamed('docs/deployment.md'))
+  ])
+].sort()
 const everyVariable = [...service.keys(), ...otel]
 
 /** The chart sets these itself, from its own values (extraEnv may not; test/helm-chart.test.ts renders the proof). */
-const chartValues = JSON.parse(await readFile('deploy/helm/petstore/values.schema.json', 'utf8')) as { properties: { extraEnv: { propertyNames: { not: { enum: string[] } } } } }
+const chartValues = JSON.parse(await readFile('deploy/helm/petstore/values.schema.json', 'utf8')) as {
+  properties: { extraEnv: { propertyNames: { not: { enum: string[] } } } }
+}
 const setByChart = chartValues.properties.extraEnv.propertyNames.not.enum
 const setByImage = ['NODE_ENV', 'HOST', 'METRICS_HOST']
 const tuning = 'a tuning whose default suits a pod; extraEnv sets it'
@@ -140,13 +178,27 @@ const tuning = 'a tuning whose default suits a pod; extraEnv sets it'
 const notInChart: Record<string, string> = {
   ...Object.fromEntries(setByImage.map(name => [name, 'the image sets it for a container (Dockerfile ENV)'])),
   DATA_DIR: 'the embedded PostgreSQL of development, which production never starts',
-  PETS_SUNSET: 'a release\'s date, not an installation\'s; extraEnv sets it',
-  ...Object.fromEntries([
-    'DB_POOL_MAX', 'DB_POOL_MAX_WAITING', 'DB_CONNECTION_TIMEOUT_MS', 'DB_STATEMENT_TIMEOUT_MS', 'BODY_LIMIT_BYTES',
-    'REQUEST_TIMEOUT_MS', 'HEADERS_TIMEOUT_MS', 'MAX_HEADER_BYTES', 'KEEP_ALIVE_TIMEOUT_MS', 'RATE_LIMIT_AUTH_FAILURES',
-    'RATE_LIMIT_WINDOW_MS', 'RATE_LIMIT_PER_KEY_PER_MINUTE', 'REDIS_TIMEOUT_MS', 'OTEL_BSP_SCHEDULE_DELAY'
-  ].map(name => [name, tuning])),
-  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'tracing.endpoint says where the collector is; a traces-only URL goes in extraEnv',
+  PETS_SUNSET: "a release's date, not an installation's; extraEnv sets it",
+  ...Object.fromEntries(
+    [
+      'DB_POOL_MAX',
+      'DB_POOL_MAX_WAITING',
+      'DB_CONNECTION_TIMEOUT_MS',
+      'DB_STATEMENT_TIMEOUT_MS',
+      'BODY_LIMIT_BYTES',
+      'REQUEST_TIMEOUT_MS',
+      'HEADERS_TIMEOUT_MS',
+      'MAX_HEADER_BYTES',
+      'KEEP_ALIVE_TIMEOUT_MS',
+      'RATE_LIMIT_AUTH_FAILURES',
+      'RATE_LIMIT_WINDOW_MS',
+      'RATE_LIMIT_PER_KEY_PER_MINUTE',
+      'REDIS_TIMEOUT_MS',
+      'OTEL_BSP_SCHEDULE_DELAY'
+    ].map(name => [name, tuning])
+  ),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT:
+    'tracing.endpoint says where the collector is; a traces-only URL goes in extraEnv',
   OTEL_TRACES_EXPORTER: 'the chart exports OTLP, the default; another exporter goes in extraEnv',
   OTEL_SDK_DISABLED: 'an empty tracing.endpoint is off'
 }
@@ -156,40 +208,89 @@ t.test('the settings: the variables the service reads are those its documents na
   t.ok(otel.includes('OTEL_EXPORTER_OTLP_ENDPOINT') && otel.includes('OTEL_SDK_DISABLED'), `OTEL_*: ${otel.join(' ')}`)
 })
 
-t.test('the README\'s configuration table has a row for every variable, with the schema\'s default, and no other', async t => {
-  const rows = readmeSection('Configuration').split('\n').filter(line => line.startsWith('| `'))
-  const columns = rows.map(row => row.split(' | '))
-  const named = new Map(columns.flatMap(([first, defaults]) => [...(first ?? '').matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map(m => [m[1] as string, defaults ?? ''])))
-  t.same(everyVariable.filter(name => !named.has(name)), [], 'every variable has a row')
-  t.same([...named.keys()].filter(name => !everyVariable.includes(name)), [], 'every row is a variable the service reads or documents')
-  for (const [name, value] of service) {
-    if (value !== undefined) t.match(named.get(name), `\`${value}\``, `${name}: the default of src/config.ts, ${value}`)
+t.test(
+  "the README's configuration table has a row for every variable, with the schema's default, and no other",
+  async t => {
+    const rows = readmeSection('Configuration')
+      .split('\n')
+      .filter(line => line.startsWith('| `'))
+    const columns = rows.map(row => row.split(' | '))
+    const named = new Map(
+      columns.flatMap(([first, defaults]) =>
+        [...(first ?? '').matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map(m => [m[1] as string, defaults ?? ''])
+      )
+    )
+    t.same(
+      everyVariable.filter(name => !named.has(name)),
+      [],
+      'every variable has a row'
+    )
+    t.same(
+      [...named.keys()].filter(name => !everyVariable.includes(name)),
+      [],
+      'every row is a variable the service reads or documents'
+    )
+    for (const [name, value] of service) {
+      if (value !== undefined) { t.match(named.get(name), `\`${value}\``, `${name}: the default of src/config.ts, ${value}`) }
+    }
   }
-})
+)
 
 t.test('.env.example names every variable, and offers to set exactly what compose passes to the api', async t => {
   const example = await readFile('.env.example', 'utf8')
-  t.same(everyVariable.filter(name => !new RegExp(`\\b${name}\\b`).test(example)), [], 'every variable is named')
-  const offered = [...example.matchAll(/^(?:# )?([A-Z][A-Z0-9_]*)=/gm)].map(m => m[1] as string).filter(name => everyVariable.includes(name))
-  const compose = parse(await readFile('docker-compose.yml', 'utf8')) as { services: { api: { environment: Record<string, string | null> } } }
+  t.same(
+    everyVariable.filter(name => !new RegExp(`\\b${name}\\b`).test(example)),
+    [],
+    'every variable is named'
+  )
+  const offered = [...example.matchAll(/^(?:# )?([A-Z][A-Z0-9_]*)=/gm)]
+    .map(m => m[1] as string)
+    .filter(name => everyVariable.includes(name))
+  const compose = parse(await readFile('docker-compose.yml', 'utf8')) as {
+    services: { api: { environment: Record<string, string | null> } }
+  }
   const fromEnvFile = Object.entries(compose.services.api.environment)
-    .filter(([name, value]) => value === null || value.startsWith(`\${${name}`)).map(([name]) => name)
-  t.same(offered.slice().sort(), fromEnvFile.slice().sort(), 'a NAME= line for each variable the api takes from .env, and for no other')
+    .filter(([name, value]) => value === null || value.startsWith(`\${${name}`))
+    .map(([name]) => name)
+  t.same(
+    offered.slice().sort(),
+    fromEnvFile.slice().sort(),
+    'a NAME= line for each variable the api takes from .env, and for no other'
+  )
 })
 
 t.test('the chart sets every variable from a value of its own, or the test says why not', async t => {
-  t.same(everyVariable.filter(name => setByChart.includes(name) === (name in notInChart)), [], 'each variable: the chart\'s, or a reason')
-  t.same(Object.keys(notInChart).filter(name => !everyVariable.includes(name)), [], 'no reason for a variable that is gone')
+  t.same(
+    everyVariable.filter(name => setByChart.includes(name) === name in notInChart),
+    [],
+    "each variable: the chart's, or a reason"
+  )
+  t.same(
+    Object.keys(notInChart).filter(name => !everyVariable.includes(name)),
+    [],
+    'no reason for a variable that is gone'
+  )
   const dockerfile = await readFile('Dockerfile', 'utf8')
-  for (const name of setByImage) t.match(dockerfile, new RegExp(`^\\s*(ENV )?${name}=\\S`, 'm'), `the image sets ${name}`)
+  for (const name of setByImage) { t.match(dockerfile, new RegExp(`^\\s*(ENV )?${name}=\\S`, 'm'), `the image sets ${name}`) }
 })
 
 t.test('every npm run command the documents show is a script of package.json', async t => {
   const { scripts } = JSON.parse(await readFile('package.json', 'utf8')) as { scripts: Record<string, string> }
-  const documents = ['README.md', 'docs/deployment.md', 'clients/typescript/README.md', '.env.example', 'deploy/helm/petstore/values.yaml', 'deploy/helm/petstore/templates/NOTES.txt']
+  const documents = [
+    'README.md',
+    'docs/deployment.md',
+    'clients/typescript/README.md',
+    '.env.example',
+    'deploy/helm/petstore/values.yaml',
+    'deploy/helm/petstore/templates/NOTES.txt'
+  ]
   for (const file of documents) {
     const text = await readFile(file, 'utf8')
     const named = [...text.matchAll(/\bnpm run (?:--[a-z]+ )*([a-z][a-z0-9:-]*)/g)].map(m => m[1] as string)
-    t.same([...new Set(named)].filter(name => !(name in scripts)), [], `${file}: ${[...new Set(named)].join(', ') || 'none'}`)
+    t.same(
+      [...new Set(named)].filter(name => !(name in scripts)),
+      [],
+      `${file}: ${[...new Set(named)].join(', ') || 'none'}`
+    )
   }
 })

@@ -16,25 +16,41 @@ t.setTimeout(240000)
 
 async function dataDir (): Promise<string> {
   const dir = await mkdtemp(path.join(tmpdir(), 'petstore-role-'))
-  t.teardown(async () => { await rm(dir, { recursive: true, force: true }) })
+  t.teardown(async () => {
+    await rm(dir, { recursive: true, force: true })
+  })
   return dir
 }
 
-const secret = async (dir: string, name: string): Promise<string> => (await readFile(path.join(dir, name), 'utf8')).trim()
+const secret = async (dir: string, name: string): Promise<string> =>
+  (await readFile(path.join(dir, name), 'utf8')).trim()
 
 /** Connects as an operator would (docs/development.md): the port from the running cluster's postmaster.pid. */
 async function psql (t: Test, dir: string, role: string, passwordFile: string): Promise<pg.Client> {
   const location = await readFile(path.join(dir, 'postgres-location'), 'utf8').catch(() => path.join(dir, 'postgres'))
   const port = (await readFile(path.join(location.trim(), 'postmaster.pid'), 'utf8')).split('\n')[3]
-  const client = new pg.Client({ host: '127.0.0.1', port: Number(port), user: role, database: 'postgres', password: await secret(dir, passwordFile) })
+  const client = new pg.Client({
+    host: '127.0.0.1',
+    port: Number(port),
+    user: role,
+    database: 'postgres',
+    password: await secret(dir, passwordFile)
+  })
   // The server's stop ends the session; unheard, that 'error' would end the test process.
   client.on('error', () => {})
   await client.connect()
-  t.teardown(async () => { await client.end() })
+  t.teardown(async () => {
+    await client.end()
+  })
   return client
 }
 
-async function request (server: ServerProcess, key: string, method = 'GET', body?: unknown): Promise<{ status: number, body: unknown }> {
+async function request (
+  server: ServerProcess,
+  key: string,
+  method = 'GET',
+  body?: unknown
+): Promise<{ status: number; body: unknown }> {
   const res = await fetch(`http://127.0.0.1:${server.port}/v1/categories`, {
     method,
     headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
@@ -44,9 +60,12 @@ async function request (server: ServerProcess, key: string, method = 'GET', body
 }
 
 async function serviceSessionRoles (superuser: pg.Client): Promise<unknown[]> {
-  const { rows } = await superuser.query(`
+  const { rows } = await superuser.query(
+    `
     SELECT DISTINCT usename, rolsuper, rolcreaterole, rolcreatedb FROM pg_stat_activity JOIN pg_roles ON rolname = usename
-    WHERE application_name LIKE 'petstore/%' OR application_name = $1`, [LISTENER_APPLICATION_NAME])
+    WHERE application_name LIKE 'petstore/%' OR application_name = $1`,
+    [LISTENER_APPLICATION_NAME]
+  )
   return rows
 }
 
@@ -59,22 +78,41 @@ async function owners (superuser: pg.Client): Promise<unknown[]> {
   return rows
 }
 
-const ownedByService = [{ kind: 'database', owner: SERVICE_ROLE }, { kind: 'function', owner: SERVICE_ROLE }, { kind: 'table', owner: SERVICE_ROLE }]
+const ownedByService = [
+  { kind: 'database', owner: SERVICE_ROLE },
+  { kind: 'function', owner: SERVICE_ROLE },
+  { kind: 'table', owner: SERVICE_ROLE }
+]
 
 t.test('a new data directory: the service connects as its own role, which may do nothing but own its data', async t => {
   const dir = await dataDir()
   const server = await startServer(t, { DATA_DIR: dir })
   t.equal((await request(server, await secret(dir, 'dev-api-key'), 'POST', { name: 'written' })).status, 201)
-  t.equal(((await stat(path.join(dir, `${SERVICE_ROLE}-password`))).mode & 0o777).toString(8), '600', 'its password is kept 0600')
+  t.equal(
+    ((await stat(path.join(dir, `${SERVICE_ROLE}-password`))).mode & 0o777).toString(8),
+    '600',
+    'its password is kept 0600'
+  )
 
   const superuser = await psql(t, dir, 'postgres', 'postgres-password')
-  t.same(await serviceSessionRoles(superuser), [{ usename: SERVICE_ROLE, rolsuper: false, rolcreaterole: false, rolcreatedb: false }],
-    'every session of the service (pool and change feed) runs as the role, which is no superuser and may create no role or database')
+  t.same(
+    await serviceSessionRoles(superuser),
+    [{ usename: SERVICE_ROLE, rolsuper: false, rolcreaterole: false, rolcreatedb: false }],
+    'every session of the service (pool and change feed) runs as the role, which is no superuser and may create no role or database'
+  )
   t.same(await owners(superuser), ownedByService, 'it owns the database, its tables and functions')
-  t.equal((await superuser.query('SHOW statement_timeout')).rows[0].statement_timeout, '0', 'the superuser has no statement timeout')
+  t.equal(
+    (await superuser.query('SHOW statement_timeout')).rows[0].statement_timeout,
+    '0',
+    'the superuser has no statement timeout'
+  )
 
   const service = await psql(t, dir, SERVICE_ROLE, `${SERVICE_ROLE}-password`)
-  t.equal((await service.query('SHOW statement_timeout')).rows[0].statement_timeout, '5s', 'the service\'s role has DB_STATEMENT_TIMEOUT_MS')
+  t.equal(
+    (await service.query('SHOW statement_timeout')).rows[0].statement_timeout,
+    '5s',
+    "the service's role has DB_STATEMENT_TIMEOUT_MS"
+  )
   await t.rejects(service.query('CREATE DATABASE elsewhere'), /permission denied to create database/)
   await t.rejects(service.query('CREATE ROLE other'), /permission denied to create role/)
   server.child.kill('SIGTERM')

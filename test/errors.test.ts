@@ -6,7 +6,12 @@ import { testDatabase } from './helpers/database.js'
 const db = await testDatabase(t)
 const { app } = await testApp(t, db.url, { PETS_SUNSET: '2027-06-30' })
 
-function assertErrorBody (t: Test, res: { statusCode: number, headers: Record<string, unknown>, body: string }, status: number, code: string): void {
+function assertErrorBody (
+  t: Test,
+  res: { statusCode: number; headers: Record<string, unknown>; body: string },
+  status: number,
+  code: string
+): void {
   t.equal(res.statusCode, status, `${code}: status`)
   t.match(String(res.headers['content-type']), /^application\/json; charset=utf-8$/, `${code}: media type`)
   const body = JSON.parse(res.body)
@@ -34,7 +39,12 @@ t.test('other methods on known paths are 405 with Allow', async t => {
     ['POST', '/v1/store/orders', 'GET, HEAD']
   ]
   for (const [method, url, allow] of cases) {
-    const res = await app.inject({ method: method as 'GET', url, headers: { ...AUTH, 'content-type': 'text/plain' }, payload: 'ignored' })
+    const res = await app.inject({
+      method: method as 'GET',
+      url,
+      headers: { ...AUTH, 'content-type': 'text/plain' },
+      payload: 'ignored'
+    })
     assertErrorBody(t, res, 405, 'METHOD_NOT_ALLOWED')
     t.equal(res.headers.allow, allow, `${method} ${url}`)
   }
@@ -63,22 +73,42 @@ t.test('without PETS_SUNSET there is no Sunset header', async t => {
 t.test('every response carries a request id; a sane X-Request-Id from the balancer is kept', async t => {
   const own = await app.inject({ method: 'GET', url: '/v1/nope' })
   t.match(String(own.headers['x-request-id']), /^[0-9a-f-]{36}$/)
-  const kept = await app.inject({ method: 'GET', url: '/v1/categories', headers: { ...AUTH, 'x-request-id': 'lb-1234' } })
+  const kept = await app.inject({
+    method: 'GET',
+    url: '/v1/categories',
+    headers: { ...AUTH, 'x-request-id': 'lb-1234' }
+  })
   t.equal(kept.headers['x-request-id'], 'lb-1234')
-  const insane = await app.inject({ method: 'GET', url: '/v1/categories', headers: { ...AUTH, 'x-request-id': 'x'.repeat(300) } })
+  const insane = await app.inject({
+    method: 'GET',
+    url: '/v1/categories',
+    headers: { ...AUTH, 'x-request-id': 'x'.repeat(300) }
+  })
   t.not(insane.headers['x-request-id'], 'x'.repeat(300), 'an oversized id is replaced')
   // The 401 of the auth hook, a validation 400, a 404 after auth, a 405 and a 304 without a body: each has its id too.
   const etag = String(kept.headers.etag)
   const others = [
     { method: 'GET', url: '/v1/categories' },
-    { method: 'POST', url: '/v1/categories', headers: { ...AUTH, 'content-type': 'application/json' }, payload: '{"name":1}' },
+    {
+      method: 'POST',
+      url: '/v1/categories',
+      headers: { ...AUTH, 'content-type': 'application/json' },
+      payload: '{"name":1}'
+    },
     { method: 'GET', url: '/v1/nope', headers: AUTH },
     { method: 'DELETE', url: '/v1/categories', headers: AUTH },
     { method: 'GET', url: '/v1/categories', headers: { ...AUTH, 'if-none-match': etag } }
   ] as const
   for (const [i, request] of others.entries()) {
-    const res = await app.inject({ ...request, headers: { ...('headers' in request ? request.headers : {}), 'x-request-id': `other-${i}` } })
-    t.equal(res.headers['x-request-id'], `other-${i}`, `${request.method} ${request.url} answered ${res.statusCode} with its request id`)
+    const res = await app.inject({
+      ...request,
+      headers: { ...('headers' in request ? request.headers : {}), 'x-request-id': `other-${i}` }
+    })
+    t.equal(
+      res.headers['x-request-id'],
+      `other-${i}`,
+      `${request.method} ${request.url} answered ${res.statusCode} with its request id`
+    )
   }
 })
 
@@ -105,19 +135,29 @@ t.test('an unreachable database is a 503 with Retry-After within a bounded time,
   // An operator's work: terminating another role's sessions and renaming its database take the superuser.
   const admin = new pg.Client({ connectionString: db.adminUrl })
   await admin.connect()
-  t.teardown(async () => { await admin.end() })
+  t.teardown(async () => {
+    await admin.end()
+  })
   // pg_terminate_backend only signals: a backend may still be exiting, or the app's change feed may reconnect,
   // when the rename looks (55006, "being accessed by other users"). So terminate and rename until it holds.
-  await until('the database is renamed away', async () => {
-    await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [name])
-    try {
-      await admin.query(`ALTER DATABASE ${name} RENAME TO ${name}_away`)
-      return true
-    } catch (err) {
-      if ((err as { code?: string }).code === '55006') return false
-      throw err
-    }
-  }, 10000, 20)
+  await until(
+    'the database is renamed away',
+    async () => {
+      await admin.query(
+        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+        [name]
+      )
+      try {
+        await admin.query(`ALTER DATABASE ${name} RENAME TO ${name}_away`)
+        return true
+      } catch (err) {
+        if ((err as { code?: string }).code === '55006') return false
+        throw err
+      }
+    },
+    10000,
+    20
+  )
   for (const request of [
     { method: 'GET' as const, url: '/v1/categories', headers: AUTH },
     { method: 'POST' as const, url: '/v1/categories', ...json({ name: 'during' }) },
@@ -134,24 +174,42 @@ t.test('an unreachable database is a 503 with Retry-After within a bounded time,
   await admin.query(`ALTER DATABASE ${name}_away RENAME TO ${name}`)
   const back = await down.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
   t.equal(back.statusCode, 200, 'recovers without a restart')
-  t.same((back.json() as Array<{ name: string }>).map(c => c.name), ['before'], 'the 503 create left no row')
+  t.same(
+    (back.json() as Array<{ name: string }>).map(c => c.name),
+    ['before'],
+    'the 503 create left no row'
+  )
 })
 
 t.test('a trailing slash on the collection is getCategory with an empty id: 400, not a silent list', async t => {
-  assertErrorBody(t, await app.inject({ method: 'GET', url: '/v1/categories/', headers: AUTH }), 400, 'VALIDATION_FAILED')
+  assertErrorBody(
+    t,
+    await app.inject({ method: 'GET', url: '/v1/categories/', headers: AUTH }),
+    400,
+    'VALIDATION_FAILED'
+  )
 })
 
-t.test('request log lines: one per request at info, each with the request id and the key\'s id', async t => {
+t.test("request log lines: one per request at info, each with the request id and the key's id", async t => {
   const { app: infoApp, logs: infoLogs } = await testApp(t, db.url, { LOG_LEVEL: 'info' })
   await infoApp.inject({ method: 'GET', url: '/v1/categories', headers: { ...AUTH, 'x-request-id': 'ok-1' } })
   await infoApp.inject({ method: 'GET', url: '/v1/nope', headers: { ...AUTH, 'x-request-id': 'fail-1' } })
   const completed = infoLogs.lines.map(line => JSON.parse(line)).filter(entry => entry.msg === 'request completed')
-  t.same(completed.map(entry => [entry.requestId, entry.statusCode, entry.level]), [['ok-1', 200, 30], ['fail-1', 404, 30]])
+  t.same(
+    completed.map(entry => [entry.requestId, entry.statusCode, entry.level]),
+    [
+      ['ok-1', 200, 30],
+      ['fail-1', 404, 30]
+    ]
+  )
   t.same(completed[1]?.req, { method: 'GET', url: '/v1/nope', remoteAddress: '127.0.0.1', apiKeyId: 'static-1' })
 
   const { app: warnApp, logs: warnLogs } = await testApp(t, db.url, { LOG_LEVEL: 'warn' })
   await warnApp.inject({ method: 'GET', url: '/v1/categories?secret=1', headers: { ...AUTH, 'x-request-id': 'ok-2' } })
-  t.notOk(warnLogs.lines.some(line => line.includes('request completed')), 'LOG_LEVEL=warn drops the access lines')
+  t.notOk(
+    warnLogs.lines.some(line => line.includes('request completed')),
+    'LOG_LEVEL=warn drops the access lines'
+  )
   await infoApp.inject({ method: 'GET', url: '/v1/categories?secret=1', headers: { ...AUTH, 'x-request-id': 'ok-3' } })
   const line = infoLogs.lines.map(line => JSON.parse(line)).find(entry => entry.requestId === 'ok-3')
   t.equal(line?.req.url, '/v1/categories', 'the query string is never logged')

@@ -10,12 +10,19 @@ const db = await testDatabase(t)
 const { app } = await testApp(t, db.url)
 const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
-t.teardown(async () => { await admin.end() })
+t.teardown(async () => {
+  await admin.end()
+})
 
 async function create (body: unknown, key?: string, apiKey = TEST_KEY, target = app): Promise<LightMyRequestResponse> {
   const headers: Record<string, string> = { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' }
   if (key !== undefined) headers['idempotency-key'] = key
-  return await target.inject({ method: 'POST', url: '/v1/categories', headers, payload: typeof body === 'string' ? body : JSON.stringify(body) })
+  return await target.inject({
+    method: 'POST',
+    url: '/v1/categories',
+    headers,
+    payload: typeof body === 'string' ? body : JSON.stringify(body)
+  })
 }
 
 async function rowsNamed (name: string): Promise<number> {
@@ -55,12 +62,21 @@ t.test('keys are scoped to the API key that sent them', async t => {
   t.equal(theirs.statusCode, 201)
   t.equal(theirs.headers['idempotent-replayed'], undefined)
   t.not(theirs.json().id, mine.json().id)
-  t.equal((await create({ name: 'different' }, 'shared-key', OTHER_KEY)).statusCode, 422, 'the other key has its own record')
+  t.equal(
+    (await create({ name: 'different' }, 'shared-key', OTHER_KEY)).statusCode,
+    422,
+    'the other key has its own record'
+  )
 })
 
 t.test('a malformed Idempotency-Key is 400 naming the header', async t => {
   for (const key of ['', ' ', 'has space', 'x'.repeat(256), 'caf\u00e9', 'tab\there']) {
-    const res = await app.inject({ method: 'POST', url: '/v1/categories', headers: { ...AUTH, 'content-type': 'application/json', 'idempotency-key': key }, payload: '{"name":"bad-key"}' })
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v1/categories',
+      headers: { ...AUTH, 'content-type': 'application/json', 'idempotency-key': key },
+      payload: '{"name":"bad-key"}'
+    })
     t.equal(res.statusCode, 400, JSON.stringify(key))
     t.equal(res.json().code, 'VALIDATION_FAILED')
     t.match(res.json().message, /idempotency-key/i)
@@ -72,13 +88,17 @@ t.test('a malformed Idempotency-Key is 400 naming the header', async t => {
 t.test('while the first request runs, the same key is 409 with Retry-After; then it replays', async t => {
   const blocker = new pg.Client({ connectionString: db.url })
   await blocker.connect()
-  t.teardown(async () => { await blocker.end() })
+  t.teardown(async () => {
+    await blocker.end()
+  })
   await blocker.query('BEGIN')
   await blocker.query('LOCK TABLE categories IN EXCLUSIVE MODE')
   const first = create({ name: 'slow' }, 'key-3')
   // Wait until the first request holds the key (its INSERT then waits for the table lock).
   for (let i = 0; i < 100; i++) {
-    const { rows } = await admin.query("SELECT 1 FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND wait_event_type = 'Lock'")
+    const { rows } = await admin.query(
+      "SELECT 1 FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND wait_event_type = 'Lock'"
+    )
     if (rows.length > 0) break
     await new Promise(resolve => setTimeout(resolve, 20))
   }
@@ -97,7 +117,9 @@ t.test('a failed request leaves neither a row nor a claim: an immediate retry su
   const { app: strict } = await testApp(t, timeoutDb, { DB_STATEMENT_TIMEOUT_MS: '300' })
   const blocker = new pg.Client({ connectionString: timeoutDb })
   await blocker.connect()
-  t.teardown(async () => { await blocker.end() })
+  t.teardown(async () => {
+    await blocker.end()
+  })
   await blocker.query('BEGIN')
   await blocker.query('LOCK TABLE categories IN EXCLUSIVE MODE')
   const failed = await create({ name: 'retried' }, 'key-4', TEST_KEY, strict)
@@ -114,13 +136,16 @@ t.test('two identical requests racing on two instances create one row', async t 
   const raceDb = await db.createDatabase()
   const [a, b] = await Promise.all([testApp(t, raceDb), testApp(t, raceDb)])
   const keys = Array.from({ length: 25 }, (_, i) => `race-${i}-${randomUUID()}`)
-  const answers = await Promise.all(keys.flatMap((key, i) => [
-    create({ name: `race-${i}` }, key, TEST_KEY, a.app),
-    create({ name: `race-${i}` }, key, TEST_KEY, b.app)
-  ]))
+  const answers = await Promise.all(
+    keys.flatMap((key, i) => [
+      create({ name: `race-${i}` }, key, TEST_KEY, a.app),
+      create({ name: `race-${i}` }, key, TEST_KEY, b.app)
+    ])
+  )
   for (const res of answers) t.ok(res.statusCode === 201 || res.statusCode === 409, `201 or 409, got ${res.statusCode}`)
   // B's creates reach A's list through the change feed (within 100 ms): once the count is stable, compare.
-  const listed = async (): Promise<Array<{ id: number, name: string }>> => (await a.app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })).json()
+  const listed = async (): Promise<Array<{ id: number; name: string }>> =>
+    (await a.app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })).json()
   await until('A lists a row per key', async () => (await listed()).length >= keys.length)
   const list = await listed()
   t.equal(list.length, keys.length, 'one row per key')
@@ -129,29 +154,37 @@ t.test('two identical requests racing on two instances create one row', async t 
     const pair = [answers[2 * i], answers[2 * i + 1]]
     const fresh = pair.filter(r => r?.statusCode === 201 && r.headers['idempotent-replayed'] === undefined)
     t.equal(fresh.length, 1, `key ${i}: exactly one fresh 201`)
-    for (const r of pair) if (r?.statusCode === 201) t.equal(r.json().id, fresh[0]?.json().id, 'a replay carries the same id')
+    for (const r of pair) { if (r?.statusCode === 201) t.equal(r.json().id, fresh[0]?.json().id, 'a replay carries the same id') }
   }
 })
 
 t.test('records expire after 24 hours; cleanup deletes expired records', async t => {
   // An expired record no longer binds the key.
   t.equal((await create({ name: 'old' }, 'key-5')).statusCode, 201)
-  await admin.query("UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE idempotency_key = 'key-5'")
+  await admin.query(
+    "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE idempotency_key = 'key-5'"
+  )
   const fresh = await create({ name: 'new body' }, 'key-5')
   t.equal(fresh.statusCode, 201)
   t.equal(fresh.headers['idempotent-replayed'], undefined)
 
-  await admin.query("UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE idempotency_key IN ('key-1', 'key-2')")
+  await admin.query(
+    "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE idempotency_key IN ('key-1', 'key-2')"
+  )
   const deleted = await new IdempotencyStore(app.db).deleteExpired(1)
   t.equal(deleted, 2, 'expired records deleted, in batches of 1')
-  const { rows } = await admin.query("SELECT count(*)::int AS n FROM idempotency_keys WHERE idempotency_key IN ('key-1', 'key-2')")
+  const { rows } = await admin.query(
+    "SELECT count(*)::int AS n FROM idempotency_keys WHERE idempotency_key IN ('key-1', 'key-2')"
+  )
   t.equal(rows[0].n, 0)
 })
 
 t.test('the OpenAPI document describes the header and the 409/422 answers', async t => {
   const doc = (await app.inject({ method: 'GET', url: '/docs/openapi.json' })).json()
   const op = doc.paths['/categories'].post
-  const header = op.parameters.find((p: { in: string, name: string }) => p.in === 'header' && p.name.toLowerCase() === 'idempotency-key')
+  const header = op.parameters.find(
+    (p: { in: string; name: string }) => p.in === 'header' && p.name.toLowerCase() === 'idempotency-key'
+  )
   t.ok(header, 'Idempotency-Key parameter')
   t.equal(header.schema.maxLength, 255)
   t.ok(op.responses['409'])

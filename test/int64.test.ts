@@ -8,7 +8,9 @@ const { app } = await testApp(t, db.url)
 
 /** Moves the bigserial sequence so the next id is `next`. */
 async function restartSequenceAt (next: string): Promise<void> {
-  await withClient(db.url, async client => { await client.query(`ALTER SEQUENCE categories_id_seq RESTART WITH ${next}`) })
+  await withClient(db.url, async client => {
+    await client.query(`ALTER SEQUENCE categories_id_seq RESTART WITH ${next}`)
+  })
 }
 
 // Values around 2^53 (where doubles stop being exact) and up to 2^63-1 (the int8 maximum).
@@ -38,10 +40,13 @@ for (const start of starts) {
   })
 }
 
-t.test('after 9223372036854775807 the sequence is exhausted: an Error body, no success, no SQL in the message', async t => {
-  const res = await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name: 'overflow' }) })
-  // nextval() past the maximum is a server-side failure, not the client's fault; it must not be a silent success.
-  t.not(res.statusCode, 201)
-  t.same(Object.keys(res.json()).sort(), ['code', 'message', 'status'])
-  t.notMatch(res.body, /nextval|sequence|categories_id_seq/, 'no SQL internals in the message')
-})
+t.test(
+  'after 9223372036854775807 the sequence is exhausted: an Error body, no success, no SQL in the message',
+  async t => {
+    const res = await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name: 'overflow' }) })
+    // nextval() past the maximum is a server-side failure, not the client's fault; it must not be a silent success.
+    t.not(res.statusCode, 201)
+    t.same(Object.keys(res.json()).sort(), ['code', 'message', 'status'])
+    t.notMatch(res.body, /nextval|sequence|categories_id_seq/, 'no SQL internals in the message')
+  }
+)

@@ -14,9 +14,13 @@ const ROWS = 200_000
 const db = await testDatabase(t)
 const client = new pg.Client({ connectionString: db.url })
 await client.connect()
-t.teardown(async () => { await client.end() })
+t.teardown(async () => {
+  await client.end()
+})
 await client.query('CREATE TABLE long_list (id bigint PRIMARY KEY, name text NOT NULL)')
-await client.query(`INSERT INTO long_list SELECT i, repeat('a name of some length ', 4) || i FROM generate_series(1, ${ROWS}) i`)
+await client.query(
+  `INSERT INTO long_list SELECT i, repeat('a name of some length ', 4) || i FROM generate_series(1, ${ROWS}) i`
+)
 const chunks: Buffer[] = []
 const sql = 'COPY (SELECT id, name FROM long_list ORDER BY id) TO STDOUT (FORMAT binary)'
 for await (const chunk of client.query(copyTo(sql))) chunks.push(chunk as Buffer)
@@ -41,7 +45,9 @@ t.test('the writer yields to the event loop while it writes a long list', async 
   const replay = { query: () => chunks } as unknown as pg.ClientBase
   const turns = countTurns()
   let bytes = 0
-  const writer = new JsonCopyWriter({ name: 'text' }, 1024, segment => { bytes += segment.bytes.length })
+  const writer = new JsonCopyWriter({ name: 'text' }, 1024, segment => {
+    bytes += segment.bytes.length
+  })
   await writer.copy(replay, sql)
   writer.finish()
   const during = turns()
@@ -54,7 +60,12 @@ t.test('a long list is sent in turns of the event loop, even to a reader that ta
   // A socket whose reader keeps up ends each write at once: here a hash stands in for it.
   const parts = Array.from({ length: 2000 }, (_, i) => Buffer.alloc(64 * 1024, i % 256))
   const hash = createHash('sha256')
-  const reader = new Writable({ write (part: Buffer, _encoding, done) { hash.update(part); done() } })
+  const reader = new Writable({
+    write (part: Buffer, _encoding, done) {
+      hash.update(part)
+      done()
+    }
+  })
   const turns = countTurns()
   await pipeline(inTurns(parts), reader)
   const during = turns()

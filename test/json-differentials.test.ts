@@ -11,8 +11,15 @@ import { testDatabase } from './helpers/database.js'
 const db = await testDatabase(t)
 const { app } = await testApp(t, db.url)
 
-async function post (payload: string): Promise<{ status: number, body: { code: string, message: string, status: number } }> {
-  const res = await app.inject({ method: 'POST', url: '/v1/categories', headers: { ...AUTH, 'content-type': 'application/json' }, payload })
+async function post (
+  payload: string
+): Promise<{ status: number; body: { code: string; message: string; status: number } }> {
+  const res = await app.inject({
+    method: 'POST',
+    url: '/v1/categories',
+    headers: { ...AUTH, 'content-type': 'application/json' },
+    payload
+  })
   return { status: res.statusCode, body: res.json() }
 }
 
@@ -46,7 +53,11 @@ t.test('a member name that appears twice, at any depth, is 400 naming it, and st
     ['depth 3 through an array', '{"name":"x","l":[0,{"k":[{"z":1,"z":2}]}]}', /duplicate member 'l\.1\.k\.0\.z'/],
     ['inside the name member', '{"name":{"v":"x","v":"y"}}', /duplicate member 'name\.v'/],
     ['top-level array of objects', '[{"name":"x","name":"y"}]', /duplicate member '0\.name'/],
-    ['far apart', `{"name":"x",${Array.from({ length: 500 }, (_, i) => `"m${i}":${i}`).join(',')},"m7":0}`, /duplicate member 'm7'/],
+    [
+      'far apart',
+      `{"name":"x",${Array.from({ length: 500 }, (_, i) => `"m${i}":${i}`).join(',')},"m7":0}`,
+      /duplicate member 'm7'/
+    ],
     ['control character in the name', '{"name":"x","a\\u0000b":1,"a\\u0000b":2}', /duplicate member 'a\\u0000b'/]
   ]
   for (const [label, payload, mention] of cases) await assertRefused(t, payload, mention, label)
@@ -55,7 +66,12 @@ t.test('a member name that appears twice, at any depth, is 400 naming it, and st
 
 t.test('the same name in different objects, and names equal only after normalisation, are not duplicates', async t => {
   await assertRefused(t, '{"name":"x","a":{"k":1},"b":{"k":1}}', /unknown member 'a'/, 'same name in sibling objects')
-  await assertRefused(t, '{"name":"x","é":1,"e\\u0301":2}', /unknown member 'é'/, 'NFC and NFD spellings are different names')
+  await assertRefused(
+    t,
+    '{"name":"x","é":1,"e\\u0301":2}',
+    /unknown member 'é'/,
+    'NFC and NFD spellings are different names'
+  )
   await assertRefused(t, '{"name":"x","Name":"y"}', /unknown member 'Name'/, 'names are case-sensitive')
   const ok = await post('{"name":"plain","description":"d"}')
   t.equal(ok.status, 201, 'a body without duplicates is created')
@@ -66,7 +82,12 @@ t.test('a lone surrogate escape in a member name is 400', async t => {
   await assertRefused(t, '{"name":"x","a\\udc00":1}', /lone surrogate/, 'low surrogate alone')
   // A parser that replaces lone surrogates with U+FFFD reads these two as one name.
   await assertRefused(t, '{"name":"x","\\ud800":1,"\\udbff":2}', /lone surrogate/, 'two names that collapse elsewhere')
-  await assertRefused(t, '{"name":"x","nested":{"\\udfff":1}}', /lone surrogate: 'nested\.\\udfff'/, 'nested, with its path')
+  await assertRefused(
+    t,
+    '{"name":"x","nested":{"\\udfff":1}}',
+    /lone surrogate: 'nested\.\\udfff'/,
+    'nested, with its path'
+  )
 })
 
 t.test('numbers beyond ±(2^53-1), or a non-zero number that underflows to 0, are 400 naming the member', async t => {
@@ -85,8 +106,22 @@ t.test('numbers beyond ±(2^53-1), or a non-zero number that underflows to 0, ar
     await assertRefused(t, `{"name":"x","n":${number}}`, /'n' is a number beyond/, label)
   }
   await assertRefused(t, '{"name":"x","l":[1,2,1e999]}', /'l\.2' is a number beyond/, 'inside an array')
-  for (const number of ['9007199254740991', '-9007199254740991', '0.1', '-0', '0e-400', '4503599627370495.5', '5e-324', '2.2250738585072014e-308']) {
-    await assertRefused(t, `{"name":"x","n":${number}}`, /unknown member 'n'/, `${number} is held by a double: only the schema refuses it`)
+  for (const number of [
+    '9007199254740991',
+    '-9007199254740991',
+    '0.1',
+    '-0',
+    '0e-400',
+    '4503599627370495.5',
+    '5e-324',
+    '2.2250738585072014e-308'
+  ]) {
+    await assertRefused(
+      t,
+      `{"name":"x","n":${number}}`,
+      /unknown member 'n'/,
+      `${number} is held by a double: only the schema refuses it`
+    )
   }
 })
 
@@ -94,11 +129,23 @@ t.test('nesting deeper than 32 levels is 400, however deep', async t => {
   const nested = (depth: number): string => `{"name":"x","deep":${'['.repeat(depth - 1)}${']'.repeat(depth - 1)}}`
   await assertRefused(t, nested(32), /unknown member 'deep'/, '32 levels pass the parser')
   await assertRefused(t, nested(33), /nested deeper than 32 levels/, '33 levels')
-  await assertRefused(t, `{"name":${'{"a":'.repeat(10000)}1${'}'.repeat(10000)}}`, /nested deeper than 32 levels/, '10000 levels of objects')
-  await assertRefused(t, '['.repeat(30000) + ']'.repeat(30000), /nested deeper than 32 levels/, '30000 levels of arrays (within the 64 KiB body limit)')
+  await assertRefused(
+    t,
+    `{"name":${'{"a":'.repeat(10000)}1${'}'.repeat(10000)}}`,
+    /nested deeper than 32 levels/,
+    '10000 levels of objects'
+  )
+  await assertRefused(
+    t,
+    '['.repeat(30000) + ']'.repeat(30000),
+    /nested deeper than 32 levels/,
+    '30000 levels of arrays (within the 64 KiB body limit)'
+  )
 })
 
 t.test('strings that merely look like structure are not mistaken for it', async t => {
-  const res = await post('{"name":"{\\"name\\":1,\\"name\\":2} [[[ ]]] \\\\","description":"\\"name\\": 1e999, \\\\\\" }"}')
+  const res = await post(
+    '{"name":"{\\"name\\":1,\\"name\\":2} [[[ ]]] \\\\","description":"\\"name\\": 1e999, \\\\\\" }"}'
+  )
   t.equal(res.status, 201, 'quotes, backslashes and brackets inside strings')
 })

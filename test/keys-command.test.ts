@@ -26,24 +26,50 @@ const command = path.join(await builtCheckout(t), 'dist', 'keys', 'command.js')
 /** The command's environment: none of the test's own, and no coverage (the build's files are not the sources'). */
 const BASE_ENV = { PATH: process.env.PATH, HOME: process.env.HOME, _TAPJS_PROCESSINFO_COVERAGE_: '0' }
 
-interface Outcome { code: number, stdout: string, stderr: string }
+interface Outcome {
+  code: number
+  stdout: string
+  stderr: string
+}
 /** Not the service's: any connection there is refused, so a command that tried to connect would say so. */
 const NO_DATABASE = { DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }
 
 async function keys (args: string[], env: Record<string, string> = { DATABASE_URL: db.url }): Promise<Outcome> {
-  const child = run(process.execPath, [command, ...args],
-    { env: { ...BASE_ENV, ...env }, timeout: 60000 })
-  return await child.then(({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
-    (err: { code: number, stdout: string, stderr: string }) => ({ code: err.code, stdout: err.stdout, stderr: err.stderr }))
+  const child = run(process.execPath, [command, ...args], { env: { ...BASE_ENV, ...env }, timeout: 60000 })
+  return await child.then(
+    ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+    (err: { code: number; stdout: string; stderr: string }) => ({
+      code: err.code,
+      stdout: err.stdout,
+      stderr: err.stderr
+    })
+  )
 }
 
 t.test('create prints the key alone on its last line; list never shows it; revoke takes it away', async t => {
-  const created = await keys(['create', '--name', 'ci deploy', '--scope', 'read', '--expires-in', '30', '--rate-limit', '100'])
+  const created = await keys([
+    'create',
+    '--name',
+    'ci deploy',
+    '--scope',
+    'read',
+    '--expires-in',
+    '30',
+    '--rate-limit',
+    '100'
+  ])
   t.equal(created.code, 0, created.stderr)
   const key = created.stdout.trimEnd().split('\n').at(-1) ?? ''
   t.match(key, /^petstore_[0-9A-Za-z]{36}$/)
-  const [row] = await withClient(db.url, async c => (await c.query(
-    "SELECT name, scope, rate_limit_per_minute, expires_at > now() + interval '29 days' AS expires, encode(digest, 'hex') AS digest FROM api_keys")).rows)
+  const [row] = await withClient(
+    db.url,
+    async c =>
+      (
+        await c.query(
+          "SELECT name, scope, rate_limit_per_minute, expires_at > now() + interval '29 days' AS expires, encode(digest, 'hex') AS digest FROM api_keys"
+        )
+      ).rows
+  )
   t.match(row, { name: 'ci deploy', scope: 'read', rate_limit_per_minute: 100, expires: true })
 
   const { app } = await testApp(t, db.url)
@@ -51,7 +77,7 @@ t.test('create prints the key alone on its last line; list never shows it; revok
 
   const listed = await keys(['list', '--json'])
   t.equal(listed.code, 0, listed.stderr)
-  const all = JSON.parse(listed.stdout) as Array<{ id: number, name: string, prefix: string, revokedAt: string | null }>
+  const all = JSON.parse(listed.stdout) as Array<{ id: number; name: string; prefix: string; revokedAt: string | null }>
   t.match(all, [{ name: 'ci deploy', scope: 'read', prefix: key.slice(0, 13), revokedAt: null }])
   t.notOk(listed.stdout.includes(key) || listed.stdout.includes(String(row?.digest)), 'neither the key nor its digest')
   const text = await keys(['list'])
@@ -96,8 +122,10 @@ t.test('every argument is checked before anything starts: a refusal names the op
 
   const bounds = { name: 'x', scope: 'read', expiresInDays: 36500, ratePerMinute: 2147483647 }
   t.same(parse([...create, '--expires-in', '36500', '--rate-limit', '2147483647']), { command: 'create', key: bounds })
-  t.same(parse(['create', '--name', ' ci ', '--scope', 'write', '--expires-in', '0.5']),
-    { command: 'create', key: { name: 'ci', scope: 'write', expiresInDays: 0.5, ratePerMinute: null } })
+  t.same(parse(['create', '--name', ' ci ', '--scope', 'write', '--expires-in', '0.5']), {
+    command: 'create',
+    key: { name: 'ci', scope: 'write', expiresInDays: 0.5, ratePerMinute: null }
+  })
   t.same(parse(['list', '--json']), { command: 'list', json: true })
   t.same(parse(['revoke', '7']), { command: 'revoke', id: '7' })
   for (const args of [['--help'], ['-h'], ['help'], ['create', '--name', 'x', '--help']]) {
@@ -120,10 +148,14 @@ t.test('failures: one line naming what to fix, exit 1, no stack trace, and nothi
     [['create', '--name', 'x', '--scope', 'read', '--scope', 'write'], /^keys: --scope is given twice/],
     [['list', '--bogus'], /^keys: Unknown option '--bogus'.*; usage: keys create --name NAME/],
     [['revoke', '999'], /^keys: no API key with id 999/],
-    [['list'], /^keys: DATABASE_URL: connection refused by 127\.0\.0\.1:1;/, { DATABASE_URL: 'postgres://u:secret@127.0.0.1:1/db' }]
+    [
+      ['list'],
+      /^keys: DATABASE_URL: connection refused by 127\.0\.0\.1:1;/,
+      { DATABASE_URL: 'postgres://u:secret@127.0.0.1:1/db' }
+    ]
   ]
-  const count = async (): Promise<unknown> => await withClient(db.url, async c =>
-    (await c.query('SELECT count(*)::int AS n FROM api_keys')).rows[0])
+  const count = async (): Promise<unknown> =>
+    await withClient(db.url, async c => (await c.query('SELECT count(*)::int AS n FROM api_keys')).rows[0])
   const before = await count()
   for (const [args, message, env] of cases) {
     const { code, stdout, stderr } = await keys(args, env)
@@ -138,15 +170,19 @@ t.test('failures: one line naming what to fix, exit 1, no stack trace, and nothi
 
 t.test('a key stored with an expiry past what a Date holds (an older command wrote one) is listed', async t => {
   // 99999999 days from now is past +275760-09-13, the last day a Date can hold; PostgreSQL holds it.
-  await withClient(db.url, async c => await c.query(`
+  await withClient(
+    db.url,
+    async c =>
+      await c.query(`
     INSERT INTO api_keys (name, scope, prefix, digest, expires_at) VALUES
-      ('far future', 'read', 'petstore_abcd', decode(repeat('ab', 32), 'hex'), now() + 99999999 * interval '1 day')`))
+      ('far future', 'read', 'petstore_abcd', decode(repeat('ab', 32), 'hex'), now() + 99999999 * interval '1 day')`)
+  )
   const text = await keys(['list'])
   t.equal(text.code, 0, text.stderr)
   t.match(text.stdout, /far future .* \d{6}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/, 'its year written out')
   const json = await keys(['list', '--json'])
   t.equal(json.code, 0, json.stderr)
-  const listed = JSON.parse(json.stdout) as Array<{ name: string, createdAt: string, expiresAt: string | null }>
+  const listed = JSON.parse(json.stdout) as Array<{ name: string; createdAt: string; expiresAt: string | null }>
   const far = listed.find(key => key.name === 'far future')
   t.match(far?.expiresAt, /^\d{6}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/, 'an expiry, not null ("never")')
   t.equal(new Date(far?.createdAt ?? '').toISOString(), far?.createdAt, 'other times as toISOString writes them')
@@ -154,19 +190,24 @@ t.test('a key stored with an expiry past what a Date holds (an older command wro
 
 t.test('list into a reader that stops early (keys list | head): exit 0, nothing on stderr', async t => {
   // Far more than a pipe's buffer (64 KiB), so that the command is still writing when the reader goes.
-  await withClient(db.url, async c => await c.query(`INSERT INTO api_keys (name, scope, prefix, digest)
-    SELECT 'bulk ' || n, 'read', 'petstore_bulk', sha256(n::text::bytea) FROM generate_series(1, 3000) n`))
+  await withClient(
+    db.url,
+    async c =>
+      await c.query(`INSERT INTO api_keys (name, scope, prefix, digest)
+    SELECT 'bulk ' || n, 'read', 'petstore_bulk', sha256(n::text::bytea) FROM generate_series(1, 3000) n`)
+  )
   t.teardown(async () => {
     await withClient(db.url, async c => await c.query("DELETE FROM api_keys WHERE name LIKE 'bulk %'"))
   })
-  const child = spawn(process.execPath, [command, 'list'],
-    { env: { ...BASE_ENV, DATABASE_URL: db.url } })
+  const child = spawn(process.execPath, [command, 'list'], { env: { ...BASE_ENV, DATABASE_URL: db.url } })
   let stderr = ''
-  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  child.stderr.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString()
+  })
   const closed = once(child, 'close')
   await once(child.stdout, 'data')
   child.stdout.destroy()
-  const [code] = await closed as [number]
+  const [code] = (await closed) as [number]
   t.equal(code, 0, stderr)
   t.equal(stderr, '')
 })
@@ -184,8 +225,12 @@ async function keysEmbedded (args: string[], dataDir: string): Promise<Outcome &
   const child = spawn(process.execPath, [command, ...args], { env })
   let stdout = ''
   let stderr = ''
-  child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
-  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  child.stdout.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString()
+  })
+  child.stderr.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString()
+  })
   const exited = once(child, 'exit')
   const closed = once(child, 'close')
   await Promise.race([once(child.stdout, 'data'), exited])
@@ -193,20 +238,22 @@ async function keysEmbedded (args: string[], dataDir: string): Promise<Outcome &
   const overdue = sleep(EXIT_AFTER_ANSWER_MS, false, { signal: bound.signal }).catch(() => false)
   const exitedInTime = await Promise.race([exited.then(() => true), overdue])
   bound.abort()
-  const [code] = await closed as [number]
+  const [code] = (await closed) as [number]
   return { code, stdout, stderr, exitedInTime }
 }
 
 t.test('with the embedded PostgreSQL (no DATABASE_URL), each command exits as soon as it has answered', async t => {
   const dir = await mkdtemp(path.join(tmpdir(), 'petstore-keys-'))
-  t.teardown(async () => { await rm(dir, { recursive: true, force: true }) })
+  t.teardown(async () => {
+    await rm(dir, { recursive: true, force: true })
+  })
   const created = await keysEmbedded(['create', '--name', 'embedded', '--scope', 'read'], dir)
   t.equal(created.code, 0, created.stderr)
   t.ok(created.exitedInTime, `create exited within ${EXIT_AFTER_ANSWER_MS} ms of its answer`)
   const listed = await keysEmbedded(['list', '--json'], dir)
   t.equal(listed.code, 0, listed.stderr)
   t.ok(listed.exitedInTime, `list exited within ${EXIT_AFTER_ANSWER_MS} ms of its answer`)
-  const [key] = JSON.parse(listed.stdout) as Array<{ id: number, name: string }>
+  const [key] = JSON.parse(listed.stdout) as Array<{ id: number; name: string }>
   t.equal(key?.name, 'embedded')
   const revoked = await keysEmbedded(['revoke', String(key?.id)], dir)
   t.equal(revoked.code, 0, revoked.stderr)

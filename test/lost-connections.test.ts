@@ -17,14 +17,23 @@ import { TcpProxy, type ProxiedConnection } from './helpers/tcp-proxy.js'
 const db = await testDatabase(t)
 const dbUrl = new URL(db.url)
 const proxy = await TcpProxy.start({ host: dbUrl.hostname, port: Number(dbUrl.port || 5432) })
-t.teardown(async () => { await proxy.close() })
+t.teardown(async () => {
+  await proxy.close()
+})
 const { app } = await testApp(t, proxy.url(db.url))
 const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
-t.teardown(async () => { await admin.end() })
+t.teardown(async () => {
+  await admin.end()
+})
 
 async function create (name: string, key: string): Promise<LightMyRequestResponse> {
-  return await app.inject({ method: 'POST', url: '/v1/categories', headers: { ...AUTH, 'content-type': 'application/json', 'idempotency-key': key }, payload: JSON.stringify({ name }) })
+  return await app.inject({
+    method: 'POST',
+    url: '/v1/categories',
+    headers: { ...AUTH, 'content-type': 'application/json', 'idempotency-key': key },
+    payload: JSON.stringify({ name })
+  })
 }
 
 async function rowsNamed (name: string): Promise<Array<{ id: string }>> {
@@ -41,14 +50,24 @@ async function until<T> (what: string, probe: () => Promise<T | undefined>): Pro
 }
 
 /** The service's backend that waits for a lock (its INSERT behind the blocker's table lock). */
-const lockWaiter = async (): Promise<number> => await until('a backend waiting for the table lock', async () =>
-  (await admin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND wait_event_type = 'Lock'")).rows[0]?.pid)
+const lockWaiter = async (): Promise<number> =>
+  await until(
+    'a backend waiting for the table lock',
+    async () =>
+      (
+        await admin.query<{ pid: number }>(
+          "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND wait_event_type = 'Lock'"
+        )
+      ).rows[0]?.pid
+  )
 
 /** A session holding an EXCLUSIVE lock on categories: INSERTs wait, SELECTs do not. */
 async function lockCategories (t: Test): Promise<pg.Client> {
   const blocker = new pg.Client({ connectionString: db.url })
   await blocker.connect()
-  t.teardown(async () => { await blocker.end() })
+  t.teardown(async () => {
+    await blocker.end()
+  })
   await blocker.query('BEGIN')
   await blocker.query('LOCK TABLE categories IN EXCLUSIVE MODE')
   return blocker
@@ -64,48 +83,65 @@ async function stillServing (t: Test): Promise<void> {
   t.equal((await app.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200, 'the process lives and is ready')
 }
 
-t.test('a backend terminated while an idempotent create holds its connection: 503, and the retry creates the row once', async t => {
-  const blocker = await lockCategories(t)
-  const pending = create('terminated mid-create', 'lost-1')
-  const pid = await lockWaiter()
-  await admin.query('SELECT pg_terminate_backend($1)', [pid])
-  expectUnavailable(t, await pending)
-  await blocker.query('ROLLBACK')
-  const retry = await create('terminated mid-create', 'lost-1')
-  t.equal(retry.statusCode, 201, retry.body)
-  t.equal(retry.headers['idempotent-replayed'], undefined, 'a fresh attempt: nothing had committed')
-  t.same((await rowsNamed('terminated mid-create')).map(r => r.id), [String(retry.json().id)], 'exactly one row')
-  await stillServing(t)
-})
-
-t.test('the connection lost after its COMMIT reached the server: 503, and the retry replays the committed answer', async t => {
-  let cut = false
-  proxy.onClientData = (chunk: Buffer, connection: ProxiedConnection) => {
-    if (cut || !chunk.includes('COMMIT')) return false
-    cut = true
-    // The server gets the COMMIT (then the end of the stream); the service never hears the answer.
-    connection.server.end(chunk)
-    connection.client.destroy()
-    return true
+t.test(
+  'a backend terminated while an idempotent create holds its connection: 503, and the retry creates the row once',
+  async t => {
+    const blocker = await lockCategories(t)
+    const pending = create('terminated mid-create', 'lost-1')
+    const pid = await lockWaiter()
+    await admin.query('SELECT pg_terminate_backend($1)', [pid])
+    expectUnavailable(t, await pending)
+    await blocker.query('ROLLBACK')
+    const retry = await create('terminated mid-create', 'lost-1')
+    t.equal(retry.statusCode, 201, retry.body)
+    t.equal(retry.headers['idempotent-replayed'], undefined, 'a fresh attempt: nothing had committed')
+    t.same(
+      (await rowsNamed('terminated mid-create')).map(r => r.id),
+      [String(retry.json().id)],
+      'exactly one row'
+    )
+    await stillServing(t)
   }
-  t.teardown(() => { proxy.onClientData = undefined })
-  expectUnavailable(t, await create('lost after commit', 'lost-2'))
-  t.ok(cut, 'the connection was cut after the COMMIT')
-  const [row] = await until('the committed row', async () => { const rows = await rowsNamed('lost after commit'); return rows.length > 0 ? rows : undefined })
-  const retry = await create('lost after commit', 'lost-2')
-  t.equal(retry.statusCode, 201, retry.body)
-  t.equal(retry.headers['idempotent-replayed'], 'true', 'the committed answer, replayed')
-  t.equal(String(retry.json().id), row?.id, 'with the id that was committed')
-  t.equal((await rowsNamed('lost after commit')).length, 1, 'no second row')
-  await stillServing(t)
-})
+)
+
+t.test(
+  'the connection lost after its COMMIT reached the server: 503, and the retry replays the committed answer',
+  async t => {
+    let cut = false
+    proxy.onClientData = (chunk: Buffer, connection: ProxiedConnection) => {
+      if (cut || !chunk.includes('COMMIT')) return false
+      cut = true
+      // The server gets the COMMIT (then the end of the stream); the service never hears the answer.
+      connection.server.end(chunk)
+      connection.client.destroy()
+      return true
+    }
+    t.teardown(() => {
+      proxy.onClientData = undefined
+    })
+    expectUnavailable(t, await create('lost after commit', 'lost-2'))
+    t.ok(cut, 'the connection was cut after the COMMIT')
+    const [row] = await until('the committed row', async () => {
+      const rows = await rowsNamed('lost after commit')
+      return rows.length > 0 ? rows : undefined
+    })
+    const retry = await create('lost after commit', 'lost-2')
+    t.equal(retry.statusCode, 201, retry.body)
+    t.equal(retry.headers['idempotent-replayed'], 'true', 'the committed answer, replayed')
+    t.equal(String(retry.json().id), row?.id, 'with the id that was committed')
+    t.equal((await rowsNamed('lost after commit')).length, 1, 'no second row')
+    await stillServing(t)
+  }
+)
 
 t.test('the database unreachable when a request fails and back for its retry: the key is not stuck', async t => {
   const blocker = await lockCategories(t)
   const pending = create('outage mid-create', 'lost-3')
   await lockWaiter()
   proxy.down()
-  t.teardown(() => { proxy.restore() })
+  t.teardown(() => {
+    proxy.restore()
+  })
   expectUnavailable(t, await pending)
   await sleep(100)
   proxy.restore()
@@ -124,26 +160,34 @@ t.test('a backend terminated during a long list read (the COPY path): 503, then 
     proxy.onClientData = (chunk: Buffer, connection: ProxiedConnection) => {
       if (release !== undefined || !chunk.includes('COPY (SELECT')) return false
       // Hold the first COPY until its backend is gone.
-      release = () => { connection.server.write(chunk) }
+      release = () => {
+        connection.server.write(chunk)
+      }
       resolve()
       return true
     }
   })
-  t.teardown(() => { proxy.onClientData = undefined })
+  t.teardown(() => {
+    proxy.onClientData = undefined
+  })
   // Wait until the insert's notification has dropped the cached list, so the next read goes to the database.
   const list = until('a list read from the database', async () => {
     const res = await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
     return release === undefined && res.statusCode === 200 ? undefined : res
   })
   await held
-  const { rows } = await admin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND query LIKE 'BEGIN ISOLATION LEVEL REPEATABLE READ%'")
+  const { rows } = await admin.query<{ pid: number }>(
+    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND query LIKE 'BEGIN ISOLATION LEVEL REPEATABLE READ%'"
+  )
   t.equal(rows.length, 1, 'one backend holds the snapshot')
   await admin.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid])
   await sleep(50)
   release?.()
   expectUnavailable(t, await list)
   proxy.onClientData = undefined
-  const { rows: [count] } = await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM categories')
+  const {
+    rows: [count]
+  } = await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM categories')
   const after = await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
   t.equal(after.statusCode, 200)
   t.equal((after.json() as unknown[]).length, count?.n, 'the whole list')
@@ -151,7 +195,11 @@ t.test('a backend terminated during a long list read (the COPY path): 503, then 
 })
 
 t.test('every key of this file answers as it should afterwards', async t => {
-  for (const [name, key] of [['terminated mid-create', 'lost-1'], ['lost after commit', 'lost-2'], ['outage mid-create', 'lost-3']] as const) {
+  for (const [name, key] of [
+    ['terminated mid-create', 'lost-1'],
+    ['lost after commit', 'lost-2'],
+    ['outage mid-create', 'lost-3']
+  ] as const) {
     const res = await create(name, key)
     t.equal(res.statusCode, 201)
     t.equal(res.headers['idempotent-replayed'], 'true', `${key} replays`)

@@ -6,7 +6,8 @@ import { requestId } from '../src/http/lifecycle.js'
 
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 
-const withHeader = (value: string | string[] | undefined): IncomingMessage => ({ headers: value === undefined ? {} : { 'x-request-id': value } }) as unknown as IncomingMessage
+const withHeader = (value: string | string[] | undefined): IncomingMessage =>
+  ({ headers: value === undefined ? {} : { 'x-request-id': value } }) as unknown as IncomingMessage
 
 t.test('made ids are version 4 UUIDs, all different', async t => {
   const ids = Array.from({ length: 3 * 256 + 7 }, () => requestId(withHeader(undefined)))
@@ -19,7 +20,7 @@ t.test('made ids are version 4 UUIDs, all different', async t => {
   }
 })
 
-t.test('the balancer\'s id is kept when sane, else one is made', async t => {
+t.test("the balancer's id is kept when sane, else one is made", async t => {
   t.equal(requestId(withHeader('lb-1234')), 'lb-1234')
   t.match(requestId(withHeader(undefined)), UUID_V4, 'none sent')
   t.match(requestId(withHeader('has space')), UUID_V4, 'not visible ASCII')

@@ -5,8 +5,15 @@ import { nodeFlagsOf, serviceNodeFlags } from '../bench/start-command.js'
 // npm start, the container image and the benchmark must run the service alike (docs/performance.md, memory).
 t.test('the image runs node with the flags of npm start', async t => {
   const flags = serviceNodeFlags()
-  t.ok(flags.includes('--max-semi-space-size=8') && flags.includes('--max-old-space-size=512'), `npm start caps the young generation and the heap (${flags.join(' ')})`)
-  t.match(flags.join(' '), /--import \.\/dist\/telemetry\.js/, 'npm start loads the tracing setup before the service (src/telemetry.ts)')
+  t.ok(
+    flags.includes('--max-semi-space-size=8') && flags.includes('--max-old-space-size=512'),
+    `npm start caps the young generation and the heap (${flags.join(' ')})`
+  )
+  t.match(
+    flags.join(' '),
+    /--import \.\/dist\/telemetry\.js/,
+    'npm start loads the tracing setup before the service (src/telemetry.ts)'
+  )
   const cmd = /^CMD (\[.*\])$/m.exec(readFileSync('Dockerfile', 'utf8'))
   t.ok(cmd, 'the Dockerfile has an exec-form CMD')
   t.same(JSON.parse(cmd?.[1] ?? '[]'), ['node', ...flags, 'dist/server.js'])

@@ -16,10 +16,14 @@ import { startServer, type ServerProcess } from './helpers/server-process.js'
 t.setTimeout(240000)
 const db = await testDatabase(t)
 
-interface Export { path: string, contentType: string, body: Buffer }
+interface Export {
+  path: string
+  contentType: string
+  body: Buffer
+}
 
 /** An OTLP/HTTP receiver: every POST is kept and answered 200 with an empty response message. */
-async function receiver (t: Test): Promise<{ url: string, received: Export[] }> {
+async function receiver (t: Test): Promise<{ url: string; received: Export[] }> {
   const received: Export[] = []
   const server = createServer((req: IncomingMessage, res) => {
     const chunks: Buffer[] = []
@@ -32,7 +36,9 @@ async function receiver (t: Test): Promise<{ url: string, received: Export[] }> 
   })
   const port = await freePort()
   await new Promise<void>(resolve => server.listen(port, '127.0.0.1', resolve))
-  t.teardown(() => { server.close() })
+  t.teardown(() => {
+    server.close()
+  })
   return { url: `http://127.0.0.1:${port}`, received }
 }
 
@@ -43,7 +49,11 @@ async function service (t: Test, env: Record<string, string>): Promise<ServerPro
 async function tracedCreate (server: ServerProcess, traceId: string): Promise<void> {
   const res = await fetch(`http://127.0.0.1:${server.port}/v1/categories`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${TEST_KEY}`, 'content-type': 'application/json', traceparent: `00-${traceId}-00f067aa0ba902b7-01` },
+    headers: {
+      authorization: `Bearer ${TEST_KEY}`,
+      'content-type': 'application/json',
+      traceparent: `00-${traceId}-00f067aa0ba902b7-01`
+    },
     body: JSON.stringify({ name: `otlp-${traceId.slice(0, 6)}` })
   })
   if (res.status !== 201) throw new Error(`create answered ${res.status}`)
@@ -58,36 +68,88 @@ async function until (what: string, check: () => boolean, timeoutMs = 15000): Pr
 }
 
 function logLineOf (server: ServerProcess, traceId: string): Record<string, unknown> | undefined {
-  return server.output().split('\n').filter(l => l.startsWith('{'))
+  return server
+    .output()
+    .split('\n')
+    .filter(l => l.startsWith('{'))
     .map(l => JSON.parse(l) as Record<string, unknown>)
     .find(l => l.msg === 'request completed' && l.trace_id === traceId)
 }
 
-t.test('http/json: the spans of a request arrive, in the caller\'s trace', async t => {
+t.test("http/json: the spans of a request arrive, in the caller's trace", async t => {
   const otlp = await receiver(t)
-  const server = await service(t, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '100' })
+  const server = await service(t, {
+    OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+    OTEL_BSP_SCHEDULE_DELAY: '100'
+  })
   const traceId = '11111111111111111111111111111111'.replace(/^1/, 'a')
   await tracedCreate(server, traceId)
-  type JsonSpan = { traceId: string, name: string, kind: number, attributes: Array<{ key: string, value: Record<string, unknown> }> }
-  const spans = (): JsonSpan[] => otlp.received.filter(e => e.path === '/v1/traces').flatMap(e => {
-    const body = JSON.parse(e.body.toString()) as { resourceSpans: Array<{ resource: { attributes: Array<{ key: string, value: { stringValue?: string } }> }, scopeSpans: Array<{ spans: JsonSpan[] }> }> }
-    for (const rs of body.resourceSpans) t.equal(rs.resource.attributes.find(a => a.key === 'service.name')?.value.stringValue, 'petstore', 'service.name')
-    return body.resourceSpans.flatMap(rs => rs.scopeSpans.flatMap(ss => ss.spans))
-  }).filter(s => s.traceId === traceId)
-  await until('the server span and a pg query arrive', () => spans().some(s => s.kind === 2) && spans().some(s => s.name.startsWith('pg.query')))
-  t.ok(otlp.received.every(e => e.contentType === 'application/json'), 'sent as JSON')
-  t.ok(spans().some(s => s.name === 'POST /v1/categories' && s.kind === 2), 'the server span (kind SERVER)')
-  t.ok(spans().some(s => s.name === 'request'), 'the Fastify request span')
-  const statement = (s: JsonSpan): string => String(s.attributes.find(a => a.key === 'db.query.text')?.value.stringValue ?? '')
-  t.ok(spans().some(s => s.name.startsWith('pg.query:') && /\bINSERT INTO categories\b/.test(statement(s))), 'the INSERT, with its statement text')
-  t.notMatch(JSON.stringify(spans()), new RegExp(`${TEST_KEY}|otlp-${traceId.slice(0, 6)}`), 'neither the key nor parameter values')
-  t.ok(logLineOf(server, traceId), 'the request\'s log line carries the trace_id')
+  type JsonSpan = {
+    traceId: string
+    name: string
+    kind: number
+    attributes: Array<{ key: string; value: Record<string, unknown> }>
+  }
+  const spans = (): JsonSpan[] =>
+    otlp.received
+      .filter(e => e.path === '/v1/traces')
+      .flatMap(e => {
+        const body = JSON.parse(e.body.toString()) as {
+          resourceSpans: Array<{
+            resource: { attributes: Array<{ key: string; value: { stringValue?: string } }> }
+            scopeSpans: Array<{ spans: JsonSpan[] }>
+          }>
+        }
+        for (const rs of body.resourceSpans) {
+          t.equal(
+            rs.resource.attributes.find(a => a.key === 'service.name')?.value.stringValue,
+            'petstore',
+            'service.name'
+          )
+        }
+        return body.resourceSpans.flatMap(rs => rs.scopeSpans.flatMap(ss => ss.spans))
+      })
+      .filter(s => s.traceId === traceId)
+  await until(
+    'the server span and a pg query arrive',
+    () => spans().some(s => s.kind === 2) && spans().some(s => s.name.startsWith('pg.query'))
+  )
+  t.ok(
+    otlp.received.every(e => e.contentType === 'application/json'),
+    'sent as JSON'
+  )
+  t.ok(
+    spans().some(s => s.name === 'POST /v1/categories' && s.kind === 2),
+    'the server span (kind SERVER)'
+  )
+  t.ok(
+    spans().some(s => s.name === 'request'),
+    'the Fastify request span'
+  )
+  const statement = (s: JsonSpan): string =>
+    String(s.attributes.find(a => a.key === 'db.query.text')?.value.stringValue ?? '')
+  t.ok(
+    spans().some(s => s.name.startsWith('pg.query:') && /\bINSERT INTO categories\b/.test(statement(s))),
+    'the INSERT, with its statement text'
+  )
+  t.notMatch(
+    JSON.stringify(spans()),
+    new RegExp(`${TEST_KEY}|otlp-${traceId.slice(0, 6)}`),
+    'neither the key nor parameter values'
+  )
+  t.ok(logLineOf(server, traceId), "the request's log line carries the trace_id")
 })
 
 t.test('http/protobuf: the same, and the last spans are flushed on SIGTERM', async t => {
   const otlp = await receiver(t)
   // Batches every minute: only the shutdown's flush can deliver this request's spans in time.
-  const server = await service(t, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf', OTEL_BSP_SCHEDULE_DELAY: '60000', OTEL_SERVICE_NAME: 'petstore-protobuf' })
+  const server = await service(t, {
+    OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+    OTEL_BSP_SCHEDULE_DELAY: '60000',
+    OTEL_SERVICE_NAME: 'petstore-protobuf'
+  })
   const traceId = 'b2222222222222222222222222222222'
   await tracedCreate(server, traceId)
   t.equal(otlp.received.length, 0, 'nothing sent before the batch is due')
@@ -95,13 +157,16 @@ t.test('http/protobuf: the same, and the last spans are flushed on SIGTERM', asy
   t.equal(await server.exited, 0)
   const traces = otlp.received.filter(e => e.path === '/v1/traces')
   t.ok(traces.length > 0, 'the spans were flushed on shutdown')
-  t.ok(traces.every(e => e.contentType === 'application/x-protobuf'), 'sent as protobuf')
+  t.ok(
+    traces.every(e => e.contentType === 'application/x-protobuf'),
+    'sent as protobuf'
+  )
   const body = Buffer.concat(traces.map(e => e.body))
   // In protobuf the trace id is its 16 bytes, and names and attribute values are plain UTF-8.
-  t.ok(body.includes(Buffer.from(traceId, 'hex')), 'spans of the caller\'s trace')
-  for (const text of ['POST /v1/categories', 'pg.query:', 'INSERT INTO categories', 'petstore-protobuf']) t.ok(body.includes(text), `contains ${text}`)
+  t.ok(body.includes(Buffer.from(traceId, 'hex')), "spans of the caller's trace")
+  for (const text of ['POST /v1/categories', 'pg.query:', 'INSERT INTO categories', 'petstore-protobuf']) { t.ok(body.includes(text), `contains ${text}`) }
   t.notOk(body.includes(TEST_KEY), 'not the key')
-  t.ok(logLineOf(server, traceId), 'the request\'s log line carries the trace_id')
+  t.ok(logLineOf(server, traceId), "the request's log line carries the trace_id")
 })
 
 t.test('without OTEL_* nothing is exported and log lines have no trace_id', async t => {

@@ -29,7 +29,9 @@ const ABOVE_2_53 = 9007199254740993n
 // Programs live under .cache (ignored by git) so that they resolve the repository's node_modules.
 const work = path.resolve('.cache', `typescript-client-${randomBytes(4).toString('hex')}`)
 await mkdir(work, { recursive: true })
-t.teardown(async () => { await rm(work, { recursive: true, force: true }) })
+t.teardown(async () => {
+  await rm(work, { recursive: true, force: true })
+})
 
 const programEnv = { ...process.env, PETSTORE_URL: baseUrl, PETSTORE_API_KEY: TEST_KEY }
 async function runProgram (file: string): Promise<string> {
@@ -93,7 +95,11 @@ t.test('errors are the typed Error body: 401, 400, the deprecated 501', async t 
   const invalid = await petstore.createCategory({ name: '' })
   t.same(invalid.error, { code: 'VALIDATION_FAILED', message: "'name' must be at least 1 character long", status: 400 })
   const badId = await petstore.getCategory(0n)
-  t.same(badId.error, { code: 'VALIDATION_FAILED', message: "'id' must be a decimal integer from 1 to 9223372036854775807", status: 400 })
+  t.same(badId.error, {
+    code: 'VALIDATION_FAILED',
+    message: "'id' must be a decimal integer from 1 to 9223372036854775807",
+    status: 400
+  })
   const missing = await petstore.getCategory(9223372036854775807n)
   t.same(missing.error, { code: 'NOT_FOUND', message: 'no category with id 9223372036854775807', status: 404 })
   const pet = await petstore.getPet('1')
@@ -103,8 +109,12 @@ t.test('errors are the typed Error body: 401, 400, the deprecated 501', async t 
   t.equal(orders.error?.code, 'NOT_IMPLEMENTED')
 })
 
-t.test('an answer that is not the API\'s own Error body is thrown, not typed', async t => {
-  const proxy = createPetstoreClient({ baseUrl, apiKey: TEST_KEY, fetch: async () => new Response('<html>bad gateway</html>', { status: 502 }) })
+t.test("an answer that is not the API's own Error body is thrown, not typed", async t => {
+  const proxy = createPetstoreClient({
+    baseUrl,
+    apiKey: TEST_KEY,
+    fetch: async () => new Response('<html>bad gateway</html>', { status: 502 })
+  })
   await t.rejects(proxy.listCategories(), /502/)
 })
 
@@ -133,16 +143,39 @@ console.log(JSON.stringify([created.data.id, got.data.id, got.data.name]))
 t.test('consumer programs compile under strict TypeScript with clients from both generators', async t => {
   const document = await readFile('openapi.json', 'utf8')
   await mkdir(path.join(work, 'openapi-typescript'), { recursive: true })
-  await writeFile(path.join(work, 'openapi-typescript', 'schema.ts'), astToString(await openapiTS(JSON.parse(document))))
-  await generateHeyApi({ input: path.resolve('openapi.json'), output: path.join(work, 'hey-api'), logs: { level: 'silent' }, plugins: ['@hey-api/client-fetch', '@hey-api/sdk', '@hey-api/typescript'] })
+  await writeFile(
+    path.join(work, 'openapi-typescript', 'schema.ts'),
+    astToString(await openapiTS(JSON.parse(document)))
+  )
+  await generateHeyApi({
+    input: path.resolve('openapi.json'),
+    output: path.join(work, 'hey-api'),
+    logs: { level: 'silent' },
+    plugins: ['@hey-api/client-fetch', '@hey-api/sdk', '@hey-api/typescript']
+  })
   for (const [file, source] of Object.entries(programs)) await writeFile(path.join(work, file), source)
   await writeFile(path.join(work, 'package.json'), JSON.stringify({ type: 'module', private: true }))
-  await writeFile(path.join(work, 'tsconfig.json'), JSON.stringify({
-    compilerOptions: { strict: true, noEmit: true, target: 'ES2022', module: 'ESNext', moduleResolution: 'Bundler', lib: ['ES2023', 'DOM'], types: ['node'], skipLibCheck: true },
-    files: ['openapi-typescript.ts', 'hey-api.ts']
-  }))
+  await writeFile(
+    path.join(work, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: {
+        strict: true,
+        noEmit: true,
+        target: 'ES2022',
+        module: 'ESNext',
+        moduleResolution: 'Bundler',
+        lib: ['ES2023', 'DOM'],
+        types: ['node'],
+        skipLibCheck: true
+      },
+      files: ['openapi-typescript.ts', 'hey-api.ts']
+    })
+  )
   const tsc = path.resolve('node_modules/typescript/bin/tsc')
-  const compiled = await run(process.execPath, [tsc, '-p', path.join(work, 'tsconfig.json')]).then(() => '', (error: { stdout: string }) => error.stdout)
+  const compiled = await run(process.execPath, [tsc, '-p', path.join(work, 'tsconfig.json')]).then(
+    () => '',
+    (error: { stdout: string }) => error.stdout
+  )
   t.equal(compiled, '', 'tsc --strict reports nothing')
 
   for (const file of Object.keys(programs)) {
@@ -153,13 +186,19 @@ t.test('consumer programs compile under strict TypeScript with clients from both
 })
 
 t.test('past 2^53: the sequence moved, every id comes back exact', async t => {
-  await withClient(db.url, async client => { await client.query(`SELECT setval('categories_id_seq', ${ABOVE_2_53 - 1n})`) })
+  await withClient(db.url, async client => {
+    await client.query(`SELECT setval('categories_id_seq', ${ABOVE_2_53 - 1n})`)
+  })
   const created = await petstore.createCategory({ name: 'Big' })
   t.equal(created.data?.id, ABOVE_2_53)
   t.not(Number(ABOVE_2_53).toString(), ABOVE_2_53.toString(), 'JSON.parse would have answered ...992')
   const got = await petstore.getCategory(ABOVE_2_53)
   t.same(got.data, { id: ABOVE_2_53, name: 'Big' })
-  t.equal((await petstore.getCategory(ABOVE_2_53 - 1n)).error?.status, 404, 'the neighbour below is not found: nothing rounds')
+  t.equal(
+    (await petstore.getCategory(ABOVE_2_53 - 1n)).error?.status,
+    404,
+    'the neighbour below is not found: nothing rounds'
+  )
   const listed = await petstore.listCategories()
   t.ok(listed.data?.some(category => category.id === ABOVE_2_53 && category.name === 'Big'))
   const key = `big-${randomBytes(4).toString('hex')}`
@@ -169,7 +208,7 @@ t.test('past 2^53: the sequence moved, every id comes back exact', async t => {
   t.equal(replay.data?.id, ABOVE_2_53 + 1n, 'a replayed answer is parsed exactly too')
 })
 
-t.test('every integer of a successful response is int64, so the client\'s bigints are the documented type', async t => {
+t.test("every integer of a successful response is int64, so the client's bigints are the documented type", async t => {
   const doc = JSON.parse(await readFile('openapi.json', 'utf8'))
   const integers: string[] = []
   const visit = (schema: Record<string, unknown>, where: string): void => {
@@ -178,16 +217,24 @@ t.test('every integer of a successful response is int64, so the client\'s bigint
       return
     }
     if (schema.type === 'integer') integers.push(`${where}: ${String(schema.format)}`)
-    for (const [name, child] of Object.entries((schema.properties ?? {}) as Record<string, Record<string, unknown>>)) visit(child, `${where}.${name}`)
-    if (typeof schema.items === 'object' && schema.items !== null) visit(schema.items as Record<string, unknown>, `${where}[]`)
+    for (const [name, child] of Object.entries((schema.properties ?? {}) as Record<string, Record<string, unknown>>)) { visit(child, `${where}.${name}`) }
+    if (typeof schema.items === 'object' && schema.items !== null) { visit(schema.items as Record<string, unknown>, `${where}[]`) }
   }
-  for (const [p, item] of Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: Record<string, unknown> }> }> }>>)) {
+  for (const [p, item] of Object.entries(
+    doc.paths as Record<
+      string,
+      Record<string, { responses: Record<string, { content?: Record<string, { schema: Record<string, unknown> }> }> }>
+    >
+  )) {
     for (const [method, operation] of Object.entries(item)) {
       for (const [status, response] of Object.entries(operation.responses)) {
-        if (status.startsWith('2') && response.content !== undefined) visit(response.content['application/json']?.schema ?? {}, `${method} ${p} ${status}`)
+        if (status.startsWith('2') && response.content !== undefined) { visit(response.content['application/json']?.schema ?? {}, `${method} ${p} ${status}`) }
       }
     }
   }
   t.ok(integers.length > 0)
-  t.same(integers.filter(found => !found.endsWith(': int64')), [])
+  t.same(
+    integers.filter(found => !found.endsWith(': int64')),
+    []
+  )
 })

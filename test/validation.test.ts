@@ -5,7 +5,10 @@ import { testDatabase } from './helpers/database.js'
 const db = await testDatabase(t)
 const { app } = await testApp(t, db.url)
 
-async function post (payload: string | Buffer, contentType = 'application/json'): Promise<{ status: number, body: { code: string, message: string, status: number } }> {
+async function post (
+  payload: string | Buffer,
+  contentType = 'application/json'
+): Promise<{ status: number; body: { code: string; message: string; status: number } }> {
   const headers: Record<string, string> = { ...AUTH, 'content-type': contentType }
   const res = await app.inject({ method: 'POST', url: '/v1/categories', headers, payload })
   return { status: res.statusCode, body: res.json() }
@@ -17,7 +20,13 @@ async function rowCount (): Promise<number> {
 }
 
 /** A 400 with the Error shape, a code, and a message that mentions `mention`. */
-function assertRejected (t: Test, result: Awaited<ReturnType<typeof post>>, code: string, mention: RegExp, label: string): void {
+function assertRejected (
+  t: Test,
+  result: Awaited<ReturnType<typeof post>>,
+  code: string,
+  mention: RegExp,
+  label: string
+): void {
   t.equal(result.status, 400, `${label}: status`)
   t.same(Object.keys(result.body).sort(), ['code', 'message', 'status'], `${label}: Error shape`)
   t.equal(result.body.code, code, `${label}: code`)
@@ -83,7 +92,10 @@ t.test('invalid UTF-8 bytes are 400 MALFORMED_JSON, never replaced', async t => 
   const bodies: Array<[string, Buffer]> = [
     ['lone continuation byte', Buffer.from([0x7b, 0x22, 0x6e, 0x61, 0x6d, 0x65, 0x22, 0x3a, 0x22, 0x80, 0x22, 0x7d])],
     ['overlong encoding', Buffer.concat([Buffer.from('{"name":"'), Buffer.from([0xc0, 0xaf]), Buffer.from('"}')])],
-    ['UTF-8 encoded surrogate', Buffer.concat([Buffer.from('{"name":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}')])],
+    [
+      'UTF-8 encoded surrogate',
+      Buffer.concat([Buffer.from('{"name":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}')])
+    ],
     ['truncated sequence', Buffer.concat([Buffer.from('{"name":"'), Buffer.from([0xe2, 0x82]), Buffer.from('"}')])],
     ['latin-1 byte', Buffer.from('{"name":"caf\xe9"}', 'latin1')]
   ]
@@ -103,7 +115,15 @@ t.test('media types: application/json (with utf-8 charset) only', async t => {
   t.equal((await post('{"name":"a"}', 'application/json; charset=utf-8')).status, 201)
   t.equal((await post('{"name":"a"}', 'application/json; charset="UTF-8"')).status, 201)
   t.equal((await post('{"name":"a"}', 'Application/JSON')).status, 201, 'media type names are case-insensitive')
-  for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml', 'multipart/form-data; boundary=x', 'application/json; charset=latin1', 'application/jsonp', 'application/merge-patch+json']) {
+  for (const type of [
+    'text/plain',
+    'application/x-www-form-urlencoded',
+    'application/xml',
+    'multipart/form-data; boundary=x',
+    'application/json; charset=latin1',
+    'application/jsonp',
+    'application/merge-patch+json'
+  ]) {
     const res = await post('{"name":"a"}', type)
     t.equal(res.status, 415, type)
     t.same(res.body, { code: 'UNSUPPORTED_MEDIA_TYPE', message: res.body.message, status: 415 }, type)

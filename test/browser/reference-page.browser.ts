@@ -24,38 +24,78 @@ const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 const SCREENSHOTS = path.resolve('.cache', 'browser')
 const KEY = `browser-${Date.now()}`
 
-const lanAddress = Object.values(networkInterfaces()).flat()
+const lanAddress = Object.values(networkInterfaces())
+  .flat()
   .find(i => i !== undefined && i.family === 'IPv4' && !i.internal)?.address
-if (!existsSync(CHROMIUM)) throw new Error(`Chromium not found at ${CHROMIUM}: install it (apt-get install -y chromium) or set CHROMIUM_PATH`)
+if (!existsSync(CHROMIUM)) {
+  throw new Error(`Chromium not found at ${CHROMIUM}: install it (apt-get install -y chromium) or set CHROMIUM_PATH`)
+}
 if (lanAddress === undefined) throw new Error('this machine has no non-loopback IPv4 address to serve the page on')
 
 const work = await mkdtemp(path.join(tmpdir(), 'petstore-browser-'))
 // The data directory is a temporary directory of its own: as root, its cluster stays inside it.
 const data = await mkdtemp(path.join(tmpdir(), 'petstore-browser-data-'))
-t.teardown(async () => { await rm(work, { recursive: true, force: true }) })
-t.teardown(async () => { await rm(data, { recursive: true, force: true }) })
+t.teardown(async () => {
+  await rm(work, { recursive: true, force: true })
+})
+t.teardown(async () => {
+  await rm(data, { recursive: true, force: true })
+})
 await mkdir(SCREENSHOTS, { recursive: true })
 
 // The service on every address; it believes X-Forwarded-Proto only from the proxy below (loopback).
 const env: Record<string, string> = { HOST: '0.0.0.0', API_KEYS: KEY, TRUST_PROXY: '127.0.0.1', DATA_DIR: data }
-if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') env.DATABASE_URL = process.env.DATABASE_URL
+if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') { env.DATABASE_URL = process.env.DATABASE_URL }
 const server = await startServer(t, env)
 
 /** A TLS-terminating proxy on the LAN address, as a load balancer would be: https in, http to the service. */
 async function tlsProxy (): Promise<number> {
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=petstore-browser-test',
-    '-keyout', path.join(work, 'key.pem'), '-out', path.join(work, 'cert.pem')], { stdio: 'ignore' })
-  const proxy = createHttpsServer({ key: await readFile(path.join(work, 'key.pem')), cert: await readFile(path.join(work, 'cert.pem')) }, (req, res) => {
-    const upstream = httpRequest({ host: '127.0.0.1', port: server.port, method: req.method, path: req.url, headers: { ...req.headers, 'x-forwarded-proto': 'https', 'x-forwarded-for': req.socket.remoteAddress ?? '' } }, answer => {
-      res.writeHead(answer.statusCode ?? 502, answer.headers)
-      answer.pipe(res)
-    })
-    upstream.on('error', () => { res.writeHead(502).end() })
-    req.pipe(upstream)
-  })
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-days',
+      '1',
+      '-subj',
+      '/CN=petstore-browser-test',
+      '-keyout',
+      path.join(work, 'key.pem'),
+      '-out',
+      path.join(work, 'cert.pem')
+    ],
+    { stdio: 'ignore' }
+  )
+  const proxy = createHttpsServer(
+    { key: await readFile(path.join(work, 'key.pem')), cert: await readFile(path.join(work, 'cert.pem')) },
+    (req, res) => {
+      const upstream = httpRequest(
+        {
+          host: '127.0.0.1',
+          port: server.port,
+          method: req.method,
+          path: req.url,
+          headers: { ...req.headers, 'x-forwarded-proto': 'https', 'x-forwarded-for': req.socket.remoteAddress ?? '' }
+        },
+        answer => {
+          res.writeHead(answer.statusCode ?? 502, answer.headers)
+          answer.pipe(res)
+        }
+      )
+      upstream.on('error', () => {
+        res.writeHead(502).end()
+      })
+      req.pipe(upstream)
+    }
+  )
   const port = await freePort()
   await new Promise<void>(resolve => proxy.listen(port, lanAddress, resolve))
-  t.teardown(() => { proxy.close() })
+  t.teardown(() => {
+    proxy.close()
+  })
   return port
 }
 
@@ -63,16 +103,31 @@ const context = await chromium.launchPersistentContext(path.join(work, 'profile'
   executablePath: CHROMIUM,
   headless: true,
   ignoreHTTPSErrors: true, // the proxy's certificate is self-signed
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
+  args: [
+    '--headless',
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync'
+  ]
 })
-t.teardown(async () => { await context.close() })
+t.teardown(async () => {
+  await context.close()
+})
 
 /** Loads the page at `base`, authorizes, executes listCategories; returns what went wrong on the way. */
 async function tryListCategories (t: Test, base: string, name: string): Promise<void> {
   const page: Page = await context.newPage()
   const problems: string[] = []
-  page.on('requestfailed', request => { problems.push(`request failed: ${request.url()} (${request.failure()?.errorText ?? ''})`) })
-  page.on('console', message => { if (/Content Security Policy|Refused to|Failed to fetch/i.test(message.text())) problems.push(`console: ${message.text()}`) })
+  page.on('requestfailed', request => {
+    problems.push(`request failed: ${request.url()} (${request.failure()?.errorText ?? ''})`)
+  })
+  page.on('console', message => {
+    if (/Content Security Policy|Refused to|Failed to fetch/i.test(message.text())) { problems.push(`console: ${message.text()}`) }
+  })
   try {
     await page.goto(`${base}/docs`)
     await page.locator('.swagger-ui .info .title', { hasText: 'Petstore API' }).waitFor({ timeout: 30000 })
@@ -90,7 +145,11 @@ async function tryListCategories (t: Test, base: string, name: string): Promise<
     const status = operation.locator('.live-responses-table tbody .response-col_status').first()
     await status.waitFor({ timeout: 30000 })
     t.equal((await status.innerText()).trim(), '200', `${name}: listCategories answered 200`)
-    t.match(await operation.locator('.request-url pre').innerText(), `${base}/v1/categories`, `${name}: sent to the server of the page`)
+    t.match(
+      await operation.locator('.request-url pre').innerText(),
+      `${base}/v1/categories`,
+      `${name}: sent to the server of the page`
+    )
     await page.screenshot({ path: path.join(SCREENSHOTS, `${name}.png`), fullPage: true })
     console.log(`# screenshot: ${path.join(SCREENSHOTS, `${name}.png`)}`)
   } finally {
@@ -99,6 +158,12 @@ async function tryListCategories (t: Test, base: string, name: string): Promise<
   }
 }
 
-t.test('over loopback', async t => { await tryListCategories(t, `http://127.0.0.1:${server.port}`, 'loopback') })
-t.test('over the LAN address, plain HTTP', async t => { await tryListCategories(t, `http://${lanAddress}:${server.port}`, 'lan-http') })
-t.test('behind a TLS-terminating proxy', async t => { await tryListCategories(t, `https://${lanAddress}:${await tlsProxy()}`, 'tls-proxy') })
+t.test('over loopback', async t => {
+  await tryListCategories(t, `http://127.0.0.1:${server.port}`, 'loopback')
+})
+t.test('over the LAN address, plain HTTP', async t => {
+  await tryListCategories(t, `http://${lanAddress}:${server.port}`, 'lan-http')
+})
+t.test('behind a TLS-terminating proxy', async t => {
+  await tryListCategories(t, `https://${lanAddress}:${await tlsProxy()}`, 'tls-proxy')
+})

@@ -1,6 +1,12 @@
 import { randomBytes } from 'node:crypto'
 import { withClient } from './pg-client.js'
-import { chooseSource, describeChoice, startPostgresServer, type DatabaseSource, type PostgresServer } from './postgres-server.js'
+import {
+  chooseSource,
+  describeChoice,
+  startPostgresServer,
+  type DatabaseSource,
+  type PostgresServer
+} from './postgres-server.js'
 
 /**
  * A PostgreSQL database of this test file's own, dropped when the file's tests end.
@@ -31,7 +37,7 @@ interface Teardown {
 export const SERVER_URL_VARIABLE = 'TEST_DATABASE_SERVER_URL'
 export const SERVER_SOURCE_VARIABLE = 'TEST_DATABASE_SERVER_SOURCE'
 
-function withDatabase (serverUrl: string, database: string, role?: { name: string, password: string }): string {
+function withDatabase (serverUrl: string, database: string, role?: { name: string; password: string }): string {
   const url = new URL(serverUrl)
   url.pathname = `/${database}`
   if (role !== undefined) {
@@ -42,7 +48,9 @@ function withDatabase (serverUrl: string, database: string, role?: { name: strin
 }
 
 async function onServer (serverUrl: string, sql: string[]): Promise<void> {
-  await withClient(serverUrl, async admin => { for (const statement of sql) await admin.query(statement) })
+  await withClient(serverUrl, async admin => {
+    for (const statement of sql) await admin.query(statement)
+  })
 }
 
 async function runServer (t: Teardown): Promise<PostgresServer> {
@@ -64,15 +72,23 @@ export async function testDatabase (t: Teardown): Promise<TestDatabase> {
   let closed = false
   let closing: Promise<void> | undefined
   const dropAll = async (): Promise<void> => {
-    await onServer(server.url, [...created.map(name => `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`), `DROP ROLE IF EXISTS ${role.name}`])
+    await onServer(server.url, [
+      ...created.map(name => `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`),
+      `DROP ROLE IF EXISTS ${role.name}`
+    ])
   }
   const createDatabase = async (): Promise<string> => {
     const name = created.length === 0 ? role.name : `petstore_test_${randomBytes(6).toString('hex')}`
     // A file that awaits testDatabase(t) after starting a subtest can end before it resolves (tap then drops its
     // later subtests): once the teardown has run, nothing would drop a database made now.
-    const ended = new Error(`${name}: the test ended before its database was ready: await testDatabase(t) before the file's first subtest`)
+    const ended = new Error(
+      `${name}: the test ended before its database was ready: await testDatabase(t) before the file's first subtest`
+    )
     // The teardown may still be dropping the role: the caller finds nothing left behind once this throws.
-    if (closed) { await closing?.catch(() => {}); throw ended }
+    if (closed) {
+      await closing?.catch(() => {})
+      throw ended
+    }
     await onServer(server.url, [`CREATE DATABASE ${name} OWNER ${role.name}`])
     if (closed) {
       await onServer(server.url, [`DROP DATABASE ${name}`, `DROP ROLE IF EXISTS ${role.name}`]).catch(() => {})
@@ -85,7 +101,9 @@ export async function testDatabase (t: Teardown): Promise<TestDatabase> {
   const close = async (): Promise<void> => {
     if (closed) return await closing
     closed = true
-    closing = dropAll().finally(async () => { await server.stop() })
+    closing = dropAll().finally(async () => {
+      await server.stop()
+    })
     await closing
   }
   t.teardown(close)

@@ -1,6 +1,7 @@
 import { createServer } from 'node:net'
 
-/** A loopback port that was free a moment ago (nothing listens there now). For tests' own servers, proxies and addresses nobody answers. */
+/** A loopback port that was free a moment ago (nothing listens there now). For tests' own servers, proxies and
+ * addresses nobody answers. */
 export async function freePort (): Promise<number> {
   return await new Promise((resolve, reject) => {
     const server = createServer()

@@ -27,28 +27,43 @@ export interface SourceChoice {
 }
 
 /** Whether a container runtime answered, as far as the decision needs to know. */
-export type RuntimeProbe = { answers: true, description: string } | { answers: false, error: string }
+export type RuntimeProbe = { answers: true; description: string } | { answers: false; error: string }
 
 const requestable = ['testcontainers', 'embedded']
 
 /** The decision, from the environment and (only when it matters) whether a container runtime answers. */
-export async function decideSource (env: NodeJS.ProcessEnv, runtime: () => Promise<RuntimeProbe>): Promise<SourceChoice> {
+export async function decideSource (
+  env: NodeJS.ProcessEnv,
+  runtime: () => Promise<RuntimeProbe>
+): Promise<SourceChoice> {
   const requested = env.TEST_DATABASE ?? ''
   const databaseUrl = env.DATABASE_URL ?? ''
-  const image = env.TEST_POSTGRES_IMAGE !== undefined && env.TEST_POSTGRES_IMAGE !== '' ? env.TEST_POSTGRES_IMAGE : DEFAULT_POSTGRES_IMAGE
+  const image =
+    env.TEST_POSTGRES_IMAGE !== undefined && env.TEST_POSTGRES_IMAGE !== ''
+      ? env.TEST_POSTGRES_IMAGE
+      : DEFAULT_POSTGRES_IMAGE
   if (requested !== '' && !requestable.includes(requested)) {
     throw new Error(`TEST_DATABASE must be one of ${requestable.join(', ')} (or unset), got "${requested}"`)
   }
   const ignored = databaseUrl !== '' ? ' (DATABASE_URL is ignored)' : ''
   if (requested === 'embedded') return { source: 'embedded', reason: `TEST_DATABASE=embedded${ignored}` }
-  if (requested === '' && databaseUrl !== '') return { source: 'DATABASE_URL', reason: 'DATABASE_URL is set', target: databaseUrl }
+  if (requested === '' && databaseUrl !== '') { return { source: 'DATABASE_URL', reason: 'DATABASE_URL is set', target: databaseUrl } }
   const probe = await runtime()
   if (requested === 'testcontainers') {
-    if (!probe.answers) throw new Error(`TEST_DATABASE=testcontainers, but no container runtime answers: ${probe.error}`)
-    return { source: 'testcontainers', reason: `TEST_DATABASE=testcontainers${ignored}; ${probe.description}`, target: image }
+    if (!probe.answers) {
+      throw new Error(`TEST_DATABASE=testcontainers, but no container runtime answers: ${probe.error}`)
+    }
+    return {
+      source: 'testcontainers',
+      reason: `TEST_DATABASE=testcontainers${ignored}; ${probe.description}`,
+      target: image
+    }
   }
   if (probe.answers) return { source: 'testcontainers', reason: probe.description, target: image }
-  return { source: 'embedded', reason: `no container runtime answers (${probe.error}); TEST_DATABASE=testcontainers makes that an error` }
+  return {
+    source: 'embedded',
+    reason: `no container runtime answers (${probe.error}); TEST_DATABASE=testcontainers makes that an error`
+  }
 }
 
 async function probeContainerRuntime (): Promise<RuntimeProbe> {
@@ -56,7 +71,10 @@ async function probeContainerRuntime (): Promise<RuntimeProbe> {
   try {
     const client = await getContainerRuntimeClient()
     const { containerRuntime } = client.info
-    return { answers: true, description: `a container runtime answers at ${containerRuntime.remoteSocketPath || containerRuntime.host} (${containerRuntime.operatingSystem})` }
+    return {
+      answers: true,
+      description: `a container runtime answers at ${containerRuntime.remoteSocketPath || containerRuntime.host} (${containerRuntime.operatingSystem})`
+    }
   } catch (err) {
     return { answers: false, error: firstLine(err) }
   }
@@ -67,9 +85,12 @@ export async function chooseSource (env: NodeJS.ProcessEnv = process.env): Promi
 }
 
 export function describeChoice (choice: SourceChoice): string {
-  const what = choice.source === 'testcontainers'
-    ? `testcontainers, image ${choice.target ?? DEFAULT_POSTGRES_IMAGE}`
-    : choice.source === 'DATABASE_URL' ? `DATABASE_URL's server (${redact(choice.target ?? '')})` : 'the embedded PostgreSQL from node_modules'
+  const what =
+    choice.source === 'testcontainers'
+      ? `testcontainers, image ${choice.target ?? DEFAULT_POSTGRES_IMAGE}`
+      : choice.source === 'DATABASE_URL'
+        ? `DATABASE_URL's server (${redact(choice.target ?? '')})`
+        : 'the embedded PostgreSQL from node_modules'
   return `${what}: ${choice.reason}`
 }
 
@@ -82,7 +103,7 @@ export interface PostgresServer {
 }
 
 export async function startPostgresServer (choice: SourceChoice): Promise<PostgresServer> {
-  if (choice.source === 'DATABASE_URL') return { url: choice.target ?? '', source: 'DATABASE_URL', stop: async () => {} }
+  if (choice.source === 'DATABASE_URL') { return { url: choice.target ?? '', source: 'DATABASE_URL', stop: async () => {} } }
   if (choice.source === 'testcontainers') return await startPostgresContainer(choice.target ?? DEFAULT_POSTGRES_IMAGE)
   const dir = await mkdtemp(path.join(tmpdir(), 'petstore-test-pg-'))
   const server = await startEmbeddedPostgres({ dir }).catch(async (err: unknown) => {
@@ -104,21 +125,29 @@ export async function startPostgresServer (choice: SourceChoice): Promise<Postgr
 export const CONTAINER_LABEL = 'org.petstore.test-database'
 
 /** `entrypoint` replaces the image's (this helper's own test breaks the start with it). */
-export async function startPostgresContainer (image: string, { entrypoint }: { entrypoint?: string[] } = {}): Promise<PostgresServer> {
+export async function startPostgresContainer (
+  image: string,
+  { entrypoint }: { entrypoint?: string[] } = {}
+): Promise<PostgresServer> {
   const { PostgreSqlContainer } = await import('@testcontainers/postgresql')
   const { getContainerRuntimeClient, getReaper } = await import('testcontainers')
   const client = await getContainerRuntimeClient()
   try {
     await getReaper(client) // a no-op with TESTCONTAINERS_RYUK_DISABLED=true
   } catch (err) {
-    throw new Error(`testcontainers could not start its reaper (Ryuk, which removes the containers of a run that dies): ${firstLine(err)}. ` +
-      'Where its image cannot be pulled, set TESTCONTAINERS_RYUK_DISABLED=true: the run stops its own containers', { cause: err })
+    throw new Error(
+      `testcontainers could not start its reaper (Ryuk, which removes the containers of a run that dies): ${firstLine(err)}. ` +
+        'Where its image cannot be pulled, set TESTCONTAINERS_RYUK_DISABLED=true: the run stops its own containers',
+      { cause: err }
+    )
   }
   // testcontainers removes a container that started but never became ready; one that was
   // created and then failed to start (a port clash, a bad command) it leaves behind.
   class RecordedContainer extends PostgreSqlContainer {
     createdId: string | undefined
-    protected override async containerCreated (id: string): Promise<void> { this.createdId = id }
+    protected override async containerCreated (id: string): Promise<void> {
+      this.createdId = id
+    }
   }
   const container = new RecordedContainer(image)
     .withLabels({ [CONTAINER_LABEL]: String(process.pid) })
@@ -132,11 +161,16 @@ export async function startPostgresContainer (image: string, { entrypoint }: { e
     return {
       url: url.toString(),
       source: 'testcontainers',
-      stop: async () => { await started.stop({ timeout: 0, removeVolumes: true }) }
+      stop: async () => {
+        await started.stop({ timeout: 0, removeVolumes: true })
+      }
     }
   } catch (err) {
     if (container.createdId !== undefined) {
-      await client.container.getById(container.createdId).remove({ force: true, v: true }).catch(() => {})
+      await client.container
+        .getById(container.createdId)
+        .remove({ force: true, v: true })
+        .catch(() => {})
     }
     throw new Error(`testcontainers could not start ${image}: ${firstLine(err)}`, { cause: err })
   }

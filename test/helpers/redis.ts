@@ -26,26 +26,41 @@ export interface TestRedis {
   client: () => Redis
 }
 
-interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
+interface Teardown {
+  teardown: (fn: () => Promise<void> | void) => void
+}
 
 /** `port`: a fixed one (default: a free port), for a run given its own range. */
-export async function testRedis (t: Teardown, options: { password?: string, port?: number } = {}): Promise<TestRedis> {
+export async function testRedis (t: Teardown, options: { password?: string; port?: number } = {}): Promise<TestRedis> {
   if (spawnSync('redis-server', ['--version']).error !== undefined) {
-    throw new Error('redis-server is not installed: run `npm run test:redis`, which installs it from Debian\'s packages')
+    throw new Error("redis-server is not installed: run `npm run test:redis`, which installs it from Debian's packages")
   }
   const dir = await mkdtemp(path.join(tmpdir(), 'petstore-redis-'))
-  const port = options.port ?? await freePort()
+  const port = options.port ?? (await freePort())
   const auth = options.password === undefined ? '' : `:${encodeURIComponent(options.password)}@`
   let child: ChildProcess | undefined
   const clients: Redis[] = []
 
   const start = async (): Promise<void> => {
-    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir,
-      ...(options.password === undefined ? [] : ['--requirepass', options.password])]
+    const args = [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--dir',
+      dir,
+      ...(options.password === undefined ? [] : ['--requirepass', options.password])
+    ]
     const started = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'inherit'] })
     child = started
     let output = ''
-    started.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+    started.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString()
+    })
     for (let i = 0; i < 100 && !output.includes('Ready to accept connections'); i++) {
       if (started.exitCode !== null) throw new Error(`redis-server exited: ${output}`)
       await sleep(50)
@@ -72,10 +87,18 @@ export async function testRedis (t: Teardown, options: { password?: string, port
     port,
     stop,
     start,
-    pause: () => { child?.kill('SIGSTOP') },
-    resume: () => { child?.kill('SIGCONT') },
+    pause: () => {
+      child?.kill('SIGSTOP')
+    },
+    resume: () => {
+      child?.kill('SIGCONT')
+    },
     client: () => {
-      const client = new Redis({ port, host: '127.0.0.1', ...(options.password === undefined ? {} : { password: options.password }) })
+      const client = new Redis({
+        port,
+        host: '127.0.0.1',
+        ...(options.password === undefined ? {} : { password: options.password })
+      })
       clients.push(client)
       return client
     }

@@ -9,7 +9,9 @@ import { freePort } from './ports.js'
  * start's node flags): real sockets, real signals, real exit codes, its whole output.
  */
 
-interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
+interface Teardown {
+  teardown: (fn: () => Promise<void> | void) => void
+}
 
 export interface ServerProcess {
   child: ChildProcess
@@ -25,68 +27,106 @@ export interface ServerProcess {
 }
 
 export interface SpawnOptions {
-  /** Working directory (a checkout): there the service runs from its sources through tsx; by default the run's build. */
+  /** Working directory (a checkout): there the service runs from its sources through tsx; by default the run's build.
+   * */
   cwd?: string
   /** Wait for "Server listening" before returning (default true). */
   listening?: boolean
   /** What node runs instead (with `cwd`, `--import tsx src/server.ts` by default). */
   nodeArgs?: string[]
   /** Run as this user (the test runs as root). */
-  user?: { uid: number, gid: number }
+  user?: { uid: number; gid: number }
 }
 
 const STARTUP_TIMEOUT_MS = 60000
 const TEARDOWN_TIMEOUT_MS = 15000
 
 /** Only PATH and HOME come from the test's own environment: the server sees exactly `env`. */
-export async function startServer (t: Teardown, env: Record<string, string>, options: SpawnOptions = {}): Promise<ServerProcess> {
+export async function startServer (
+  t: Teardown,
+  env: Record<string, string>,
+  options: SpawnOptions = {}
+): Promise<ServerProcess> {
   const port = env.PORT !== undefined ? Number(env.PORT) : await freePort()
   const fromBuild = options.cwd === undefined && options.nodeArgs === undefined
   const cwd = fromBuild ? await builtCheckout(t) : options.cwd
-  const nodeArgs = fromBuild ? [...serviceNodeFlags(), 'dist/server.js'] : options.nodeArgs ?? ['--import', 'tsx', 'src/server.ts']
+  const nodeArgs = fromBuild
+    ? [...serviceNodeFlags(), 'dist/server.js']
+    : (options.nodeArgs ?? ['--import', 'tsx', 'src/server.ts'])
   const node = [process.execPath, ...nodeArgs]
   // As another user through setpriv, without the NODE_OPTIONS tap adds to follow subprocesses: their
   // coverage files would be written as that user into the test's .tap directory, and fail the exit.
-  const command = options.user === undefined
-    ? node
-    : ['setpriv', `--reuid=${options.user.uid}`, `--regid=${options.user.gid}`, '--clear-groups', 'env', '-u', 'NODE_OPTIONS', ...node]
+  const command =
+    options.user === undefined
+      ? node
+      : [
+          'setpriv',
+          `--reuid=${options.user.uid}`,
+          `--regid=${options.user.gid}`,
+          '--clear-groups',
+          'env',
+          '-u',
+          'NODE_OPTIONS',
+          ...node
+        ]
   const child = spawn(command[0] ?? '', command.slice(1), {
     cwd,
     // No coverage from the server process: tsx compiles src/*.ts differently from tap's loader (another source
     // map for the same file), and when tap's report took tsx's map for a file it dropped that file's coverage
     // from every test (CI: src/ at 100 % with no statements, or 78 % with a few files left, under the threshold).
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', PORT: String(port), METRICS_PORT: '0', LOG_LEVEL: 'info', _TAPJS_PROCESSINFO_COVERAGE_: '0', ...env },
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '/tmp',
+      PORT: String(port),
+      METRICS_PORT: '0',
+      LOG_LEVEL: 'info',
+      _TAPJS_PROCESSINFO_COVERAGE_: '0',
+      ...env
+    },
     stdio: ['ignore', 'pipe', 'pipe']
   })
   let output = ''
   // Wakes the waiters below whenever output arrives or the process ends.
   let wake: () => void = () => {}
-  const append = (d: Buffer): void => { output += d.toString(); wake() }
+  const append = (d: Buffer): void => {
+    output += d.toString()
+    wake()
+  }
   child.stdout?.on('data', append)
   child.stderr?.on('data', append)
   const state = { closed: false }
-  const exited = once(child, 'close').then(([code]) => { state.closed = true; wake(); return code as number | null })
+  const exited = once(child, 'close').then(([code]) => {
+    state.closed = true
+    wake()
+    return code as number | null
+  })
   // A test that ends (or fails) with the server still running stops it as an operator would: SIGTERM,
   // so that it stops its embedded PostgreSQL; SIGKILL only if that takes too long (it would orphan postgres).
   t.teardown(async () => {
     if (child.exitCode !== null || child.signalCode !== null) return
     child.kill('SIGTERM')
-    const timer = setTimeout(() => { child.kill('SIGKILL') }, TEARDOWN_TIMEOUT_MS)
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL')
+    }, TEARDOWN_TIMEOUT_MS)
     await exited
     clearTimeout(timer)
   })
 
-  const contains = (pattern: string | RegExp): boolean => typeof pattern === 'string' ? output.includes(pattern) : pattern.test(output)
+  const contains = (pattern: string | RegExp): boolean =>
+    typeof pattern === 'string' ? output.includes(pattern) : pattern.test(output)
   const waitFor = async (pattern: string | RegExp, timeoutMs = STARTUP_TIMEOUT_MS): Promise<boolean> => {
     const deadline = Date.now() + timeoutMs
     // 'close' comes after the last output: once closed, the output is complete.
     while (!contains(pattern) && !state.closed && Date.now() < deadline) {
-      await new Promise<void>(resolve => { wake = resolve; setTimeout(resolve, 100) })
+      await new Promise<void>(resolve => {
+        wake = resolve
+        setTimeout(resolve, 100)
+      })
     }
     return contains(pattern)
   }
   const server = { child, port, output: () => output, waitFor, exited }
-  if (options.listening !== false && !await waitFor('Server listening')) {
+  if (options.listening !== false && !(await waitFor('Server listening'))) {
     throw new Error(`server did not start:\n${output}`)
   }
   return server

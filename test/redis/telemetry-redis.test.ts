@@ -16,9 +16,11 @@ const db = await testDatabase(t)
 const redis = await testRedis(t)
 const { port } = await listeningApp(t, db.url, { REDIS_URL: redis.url, RATE_LIMIT_PER_KEY_PER_MINUTE: '1000' })
 
-t.test('a request\'s Redis commands are spans in its trace, without arguments', async t => {
+t.test("a request's Redis commands are spans in its trace, without arguments", async t => {
   const traceId = 'dddddddddddddddddddddddddddddd04'
-  const res = await fetch(`http://127.0.0.1:${port}/v1/categories`, { headers: { ...AUTH, traceparent: `00-${traceId}-00f067aa0ba902b7-01` } })
+  const res = await fetch(`http://127.0.0.1:${port}/v1/categories`, {
+    headers: { ...AUTH, traceparent: `00-${traceId}-00f067aa0ba902b7-01` }
+  })
   t.equal(res.status, 200)
   await new Promise(resolve => setTimeout(resolve, 100))
   const spans = exporter.getFinishedSpans().filter(s => s.spanContext().traceId === traceId)

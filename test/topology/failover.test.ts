@@ -34,7 +34,10 @@ const LOAD_AFTER_MS = 3000
 const RECOVERY_LIMIT_MS = 30_000
 const SPLIT_BRAIN_STALE_MS = 15_000
 
-type Order = 'promote, then repoint' | 'repoint, then promote' | 'repoint without cutting sessions, promote, old primary left running'
+type Order =
+  | 'promote, then repoint'
+  | 'repoint, then promote'
+  | 'repoint without cutting sessions, promote, old primary left running'
 
 async function failover (t: Test, order: Order, tag: string): Promise<void> {
   const primary = await DebianCluster.create(t, `${tag}_primary`)
@@ -42,11 +45,22 @@ async function failover (t: Test, order: Order, tag: string): Promise<void> {
   await primary.requireSynchronousStandby()
   await primary.query('CREATE DATABASE petstore')
   const proxy = await TcpProxy.start({ host: '127.0.0.1', port: primary.port }, await nextPort())
-  t.teardown(async () => { await proxy.close() })
+  t.teardown(async () => {
+    await proxy.close()
+  })
   const apiKey = `topology-${randomBytes(8).toString('hex')}`
-  const instances = await startInstances(t, { count: 2, databaseUrl: proxy.url(primary.url('petstore')), apiKey, metrics: true })
+  const instances = await startInstances(t, {
+    count: 2,
+    databaseUrl: proxy.url(primary.url('petstore')),
+    apiKey,
+    metrics: true
+  })
   // A long list: list reads from the database are builds (one snapshot, COPY).
-  await primary.query("INSERT INTO categories (name) SELECT 'seeded ' || i FROM generate_series(1, $1::int) AS i", [SEED_ROWS], 'petstore')
+  await primary.query(
+    "INSERT INTO categories (name) SELECT 'seeded ' || i FROM generate_series(1, $1::int) AS i",
+    [SEED_ROWS],
+    'petstore'
+  )
   const before = await tableRows(primary.url('petstore'))
 
   const load = startLoad(t, { targets: instances.urls, apiKey })
@@ -70,13 +84,27 @@ async function failover (t: Test, order: Order, tag: string): Promise<void> {
     proxy.repoint({ host: '127.0.0.1', port: standby.port })
     const ready: number[] = []
     for (const until = performance.now() + STANDBY_WINDOW_MS; performance.now() < until; await sleep(250)) {
-      for (const url of instances.urls) ready.push(await fetch(`${url}/health/ready`, { signal: AbortSignal.timeout(5000) }).then(res => res.status, () => 0))
+      for (const url of instances.urls) {
+        ready.push(
+          await fetch(`${url}/health/ready`, { signal: AbortSignal.timeout(5000) }).then(
+            res => res.status,
+            () => 0
+          )
+        )
+      }
     }
-    t.same([...new Set(ready)], [503], `readiness is 503 on both instances while they reach a standby (${ready.length} probes)`)
+    t.same(
+      [...new Set(ready)],
+      [503],
+      `readiness is 503 on both instances while they reach a standby (${ready.length} probes)`
+    )
     for (const instance of instances.list) {
       const metrics = await (await fetch(instance.metricsUrl ?? '')).text()
-      t.match(metrics, /^health_not_ready\{reason="database_read_only"\} 1$/m,
-        `${instance.name}: its metrics say the database refuses writes (PetstoreDatabaseRefusingWrites)`)
+      t.match(
+        metrics,
+        /^health_not_ready\{reason="database_read_only"\} 1$/m,
+        `${instance.name}: its metrics say the database refuses writes (PetstoreDatabaseRefusingWrites)`
+      )
     }
     await standby.promote()
     promotedAt = performance.now()
@@ -84,14 +112,26 @@ async function failover (t: Test, order: Order, tag: string): Promise<void> {
   t.comment(`${order}: standby promoted`)
 
   let recovered = load.firstCreatedAfter(promotedAt)
-  for (const until = promotedAt + RECOVERY_LIMIT_MS; recovered.some(ms => ms === undefined) && performance.now() < until; recovered = load.firstCreatedAfter(promotedAt)) await sleep(100)
+  for (
+    const until = promotedAt + RECOVERY_LIMIT_MS;
+    recovered.some(ms => ms === undefined) && performance.now() < until;
+    recovered = load.firstCreatedAfter(promotedAt)
+  ) { await sleep(100) }
   t.comment(`first 201 after the promotion: ${recovered.map(ms => `${ms ?? 'never'} ms`).join(', ')}`)
-  t.ok(recovered.every(ms => ms !== undefined && ms < 10_000), 'every instance creates again within seconds of the promotion, without a restart')
+  t.ok(
+    recovered.every(ms => ms !== undefined && ms < 10_000),
+    'every instance creates again within seconds of the promotion, without a restart'
+  )
   const splitBrain = order.endsWith('old primary left running')
   // In the split brain, load long enough after the allowed stale window for a stale list to show.
   await sleep(splitBrain ? Math.max(0, promotedAt + SPLIT_BRAIN_STALE_MS + 5000 - performance.now()) : LOAD_AFTER_MS)
   const result = await load.stop()
-  const figures = await auditLoad(t, result, { databaseUrl: standby.url('petstore'), instances, before, ...(splitBrain ? { staleListsAllowedBefore: promotedAt + SPLIT_BRAIN_STALE_MS } : {}) })
+  const figures = await auditLoad(t, result, {
+    databaseUrl: standby.url('petstore'),
+    instances,
+    before,
+    ...(splitBrain ? { staleListsAllowedBefore: promotedAt + SPLIT_BRAIN_STALE_MS } : {})
+  })
   t.comment(`figures: ${JSON.stringify({ order, firstCreatedAfterPromotionMs: recovered, ...figures })}`)
 }
 
@@ -103,6 +143,9 @@ t.test('failover under load: the address moves to the standby, which is promoted
   await failover(t, 'repoint, then promote', 'repoint_first')
 })
 
-t.test('failover under load, unfenced: the address moves without cutting sessions and the old primary keeps running', async t => {
-  await failover(t, 'repoint without cutting sessions, promote, old primary left running', 'split_brain')
-})
+t.test(
+  'failover under load, unfenced: the address moves without cutting sessions and the old primary keeps running',
+  async t => {
+    await failover(t, 'repoint without cutting sessions, promote, old primary left running', 'split_brain')
+  }
+)

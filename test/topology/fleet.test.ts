@@ -18,7 +18,7 @@ import { auditLoad, startLoad, tableRows } from './helpers/load.js'
 const SEED_ROWS = 5000
 const LOAD_MS = 5000
 
-const categoryJson = (c: { id: string, name: string, description: string | null }): string =>
+const categoryJson = (c: { id: string; name: string; description: string | null }): string =>
   `{"id":${c.id},"name":${JSON.stringify(c.name)}${c.description === null ? '' : `,"description":${JSON.stringify(c.description)}`}}`
 
 async function metric (instance: Instance, name: string, labels: string): Promise<number> {
@@ -27,56 +27,83 @@ async function metric (instance: Instance, name: string, labels: string): Promis
   return line === undefined ? 0 : Number(line.split(' ').pop())
 }
 
-t.test('a fleet of three: creates from any instance, committed in any order, reach every instance\'s list without a rebuild', async t => {
-  const cluster = await DebianCluster.create(t, 'fleet')
-  await cluster.query('CREATE DATABASE petstore')
-  const databaseUrl = cluster.url('petstore')
-  const apiKey = `topology-${randomBytes(8).toString('hex')}`
-  const instances = await startInstances(t, { count: 3, databaseUrl, apiKey, metrics: true })
-  await cluster.query("INSERT INTO categories (name, description) SELECT 'seeded ' || i, CASE WHEN i % 3 = 0 THEN 'd' || i END FROM generate_series(1, $1::int) AS i", [SEED_ROWS], 'petstore')
-  const get = async (instance: Instance): Promise<{ status: number, body: string, etag: string | null }> => {
-    const res = await fetch(`${instance.url}/v1/categories`, { headers: { authorization: `Bearer ${apiKey}` }, signal: AbortSignal.timeout(10_000) })
-    return { status: res.status, body: await res.text(), etag: res.headers.get('etag') }
-  }
-  const refreshes = async (): Promise<number[]> => await Promise.all(instances.list.map(async i => await metric(i, 'categories_list_reads_total', '{source="refresh"}')))
-  // Each instance builds its list once it hears (the seed's insert said "too many" rows: every instance dropped its list).
-  for (const instance of instances.list) {
-    for (let i = 0; i < 100 && await metric(instance, 'change_feed_listening', '') !== 1; i++) await sleep(50)
-    await get(instance)
-  }
-  const built = await refreshes()
-  const before = await tableRows(databaseUrl)
+t.test(
+  "a fleet of three: creates from any instance, committed in any order, reach every instance's list without a rebuild",
+  async t => {
+    const cluster = await DebianCluster.create(t, 'fleet')
+    await cluster.query('CREATE DATABASE petstore')
+    const databaseUrl = cluster.url('petstore')
+    const apiKey = `topology-${randomBytes(8).toString('hex')}`
+    const instances = await startInstances(t, { count: 3, databaseUrl, apiKey, metrics: true })
+    await cluster.query(
+      "INSERT INTO categories (name, description) SELECT 'seeded ' || i, CASE WHEN i % 3 = 0 THEN 'd' || i END FROM generate_series(1, $1::int) AS i",
+      [SEED_ROWS],
+      'petstore'
+    )
+    const get = async (instance: Instance): Promise<{ status: number; body: string; etag: string | null }> => {
+      const res = await fetch(`${instance.url}/v1/categories`, {
+        headers: { authorization: `Bearer ${apiKey}` },
+        signal: AbortSignal.timeout(10_000)
+      })
+      return { status: res.status, body: await res.text(), etag: res.headers.get('etag') }
+    }
+    const refreshes = async (): Promise<number[]> =>
+      await Promise.all(
+        instances.list.map(async i => await metric(i, 'categories_list_reads_total', '{source="refresh"}'))
+      )
+    // Each instance builds its list once it hears (the seed's insert said "too many" rows: every instance dropped its
+    // list).
+    for (const instance of instances.list) {
+      for (let i = 0; i < 100 && (await metric(instance, 'change_feed_listening', '')) !== 1; i++) await sleep(50)
+      await get(instance)
+    }
+    const built = await refreshes()
+    const before = await tableRows(databaseUrl)
 
-  const load = startLoad(t, { targets: instances.urls, apiKey })
-  // An id taken now and committed after the load's later ids; and one statement inserting many rows at once.
-  const early = await withClient(databaseUrl, async client => {
-    await client.query('BEGIN')
-    const { rows } = await client.query<{ id: string }>("INSERT INTO categories (name) VALUES ('taken early') RETURNING id::text")
-    await sleep(LOAD_MS / 2)
-    await client.query("INSERT INTO categories (name) SELECT 'batch ' || i FROM generate_series(1, 50) AS i")
-    await sleep(LOAD_MS / 2)
-    await client.query('COMMIT')
-    return rows[0]?.id
-  })
-  const result = await load.stop()
-  // The test's own writes are not the load's.
-  for (const name of ['taken early', ...Array.from({ length: 50 }, (_, i) => `batch ${i + 1}`)]) result.sentNames.add(name)
-  await auditLoad(t, result, { databaseUrl, instances, before, stopInstances: false })
+    const load = startLoad(t, { targets: instances.urls, apiKey })
+    // An id taken now and committed after the load's later ids; and one statement inserting many rows at once.
+    const early = await withClient(databaseUrl, async client => {
+      await client.query('BEGIN')
+      const { rows } = await client.query<{ id: string }>(
+        "INSERT INTO categories (name) VALUES ('taken early') RETURNING id::text"
+      )
+      await sleep(LOAD_MS / 2)
+      await client.query("INSERT INTO categories (name) SELECT 'batch ' || i FROM generate_series(1, 50) AS i")
+      await sleep(LOAD_MS / 2)
+      await client.query('COMMIT')
+      return rows[0]?.id
+    })
+    const result = await load.stop()
+    // The test's own writes are not the load's.
+    for (const name of ['taken early', ...Array.from({ length: 50 }, (_, i) => `batch ${i + 1}`)]) { result.sentNames.add(name) }
+    await auditLoad(t, result, { databaseUrl, instances, before, stopInstances: false })
 
-  const { rows } = await withClient(databaseUrl, async client =>
-    await client.query<{ id: string, name: string, description: string | null }>('SELECT id::text, name, description FROM categories ORDER BY categories.id'))
-  t.ok(rows.some(row => row.id === early && BigInt(early) < BigInt(rows.at(-1)?.id ?? 0)), `the early id ${early ?? ''} committed after later ids`)
-  const expected = `[${rows.map(categoryJson).join(',')}]`
-  let answers = await Promise.all(instances.list.map(get))
-  for (let i = 0; i < 40 && answers.some(a => a.body !== expected); i++) {
-    await sleep(50)
-    answers = await Promise.all(instances.list.map(get))
+    const { rows } = await withClient(
+      databaseUrl,
+      async client =>
+        await client.query<{ id: string; name: string; description: string | null }>(
+          'SELECT id::text, name, description FROM categories ORDER BY categories.id'
+        )
+    )
+    t.ok(
+      rows.some(row => row.id === early && BigInt(early) < BigInt(rows.at(-1)?.id ?? 0)),
+      `the early id ${early ?? ''} committed after later ids`
+    )
+    const expected = `[${rows.map(categoryJson).join(',')}]`
+    let answers = await Promise.all(instances.list.map(get))
+    for (let i = 0; i < 40 && answers.some(a => a.body !== expected); i++) {
+      await sleep(50)
+      answers = await Promise.all(instances.list.map(get))
+    }
+    answers.forEach((answer, i) => {
+      t.equal(answer.status, 200)
+      t.ok(
+        answer.body === expected,
+        `${instances.list[i]?.name ?? ''}: byte for byte the database's list (${rows.length} rows)`
+      )
+    })
+    t.equal(new Set(answers.map(a => a.etag)).size, 1, 'the same ETag on every instance')
+    t.same(await refreshes(), built, 'no instance rebuilt its list: every create, in any order, was added to it')
+    for (const stopped of await instances.stop()) t.equal(stopped.code, 0, `${stopped.name} exits 0 on SIGTERM`)
   }
-  answers.forEach((answer, i) => {
-    t.equal(answer.status, 200)
-    t.ok(answer.body === expected, `${instances.list[i]?.name ?? ''}: byte for byte the database's list (${rows.length} rows)`)
-  })
-  t.equal(new Set(answers.map(a => a.etag)).size, 1, 'the same ETag on every instance')
-  t.same(await refreshes(), built, 'no instance rebuilt its list: every create, in any order, was added to it')
-  for (const stopped of await instances.stop()) t.equal(stopped.code, 0, `${stopped.name} exits 0 on SIGTERM`)
-})
+)

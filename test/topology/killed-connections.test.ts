@@ -22,7 +22,11 @@ t.test('backends terminated every few hundred ms under load: no exit, no 500, no
   const apiKey = `topology-${randomBytes(8).toString('hex')}`
   const instances = await startInstances(t, { count: 2, databaseUrl, apiKey })
   // A long list: every list read from the database is a build (one snapshot, COPY).
-  await cluster.query("INSERT INTO categories (name) SELECT 'seeded ' || i FROM generate_series(1, $1::int) AS i", [SEED_ROWS], 'petstore')
+  await cluster.query(
+    "INSERT INTO categories (name) SELECT 'seeded ' || i FROM generate_series(1, $1::int) AS i",
+    [SEED_ROWS],
+    'petstore'
+  )
   const before = await tableRows(databaseUrl)
 
   const load = startLoad(t, { targets: instances.urls, apiKey })
@@ -32,7 +36,9 @@ t.test('backends terminated every few hundred ms under load: no exit, no 500, no
   const sweeper = (async () => {
     while (performance.now() < until) {
       await sleep(200 + Math.random() * 200)
-      const rows = await cluster.query<{ pid: number }>("SELECT pg_terminate_backend(pid) AS pid FROM pg_stat_activity WHERE application_name LIKE 'petstore%'")
+      const rows = await cluster.query<{ pid: number }>(
+        "SELECT pg_terminate_backend(pid) AS pid FROM pg_stat_activity WHERE application_name LIKE 'petstore%'"
+      )
       killed.sweeps++
       killed.backends += rows.length
     }
@@ -41,13 +47,16 @@ t.test('backends terminated every few hundred ms under load: no exit, no 500, no
   const cursorHunter = (async () => {
     while (performance.now() < until) {
       const rows = await cluster.query<{ pid: number }>(
-        "SELECT pg_terminate_backend(pid) AS pid FROM pg_stat_activity WHERE application_name LIKE 'petstore%' AND state <> 'idle' AND (query LIKE 'BEGIN ISOLATION LEVEL REPEATABLE READ%' OR query LIKE 'COPY (SELECT%')")
+        "SELECT pg_terminate_backend(pid) AS pid FROM pg_stat_activity WHERE application_name LIKE 'petstore%' AND state <> 'idle' AND (query LIKE 'BEGIN ISOLATION LEVEL REPEATABLE READ%' OR query LIKE 'COPY (SELECT%')"
+      )
       killed.cursorReads += rows.length
       await sleep(rows.length > 0 ? 500 : 5)
     }
   })()
   await Promise.all([sweeper, cursorHunter])
-  t.comment(`terminated ${killed.backends} backends in ${killed.sweeps} sweeps, and ${killed.cursorReads} during a list build`)
+  t.comment(
+    `terminated ${killed.backends} backends in ${killed.sweeps} sweeps, and ${killed.cursorReads} during a list build`
+  )
   t.ok(killed.backends > 0, 'backends were terminated')
   t.ok(killed.cursorReads > 0, 'some while they built the list (COPY in its snapshot)')
 
@@ -57,7 +66,10 @@ t.test('backends terminated every few hundred ms under load: no exit, no 500, no
   const result = await load.stop()
   const recovered = result.firstCreatedAfter(calm)
   t.comment(`first 201 after the terminations stopped: ${recovered.map(ms => `${ms ?? 'never'} ms`).join(', ')}`)
-  t.ok(recovered.every(ms => ms !== undefined), 'every instance serves creates again')
+  t.ok(
+    recovered.every(ms => ms !== undefined),
+    'every instance serves creates again'
+  )
 
   const figures = await auditLoad(t, result, { databaseUrl, instances, before })
   t.comment(`figures: ${JSON.stringify(figures)}`)

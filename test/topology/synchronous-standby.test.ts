@@ -23,39 +23,74 @@ t.test('a commit the synchronous standby never confirmed is a 503, not a 201', a
   await primary.requireSynchronousStandby()
   await primary.query('CREATE DATABASE petstore')
   const apiKey = `topology-${randomBytes(8).toString('hex')}`
-  const [instance] = (await startInstances(t, { count: 1, databaseUrl: primary.url('petstore'), apiKey, env: { DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS) } })).list
-  const create = async (name: string, key?: string): Promise<{ status: number, body: string, replayed: boolean, ms: number }> => {
+  const [instance] = (
+    await startInstances(t, {
+      count: 1,
+      databaseUrl: primary.url('petstore'),
+      apiKey,
+      env: { DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS) }
+    })
+  ).list
+  const create = async (
+    name: string,
+    key?: string
+  ): Promise<{ status: number; body: string; replayed: boolean; ms: number }> => {
     const started = performance.now()
     const res = await fetch(`${instance?.url ?? ''}/v1/categories`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', ...(key === undefined ? {} : { 'idempotency-key': key }) },
+      headers: {
+        authorization: `Bearer ${apiKey}`,
+        'content-type': 'application/json',
+        ...(key === undefined ? {} : { 'idempotency-key': key })
+      },
       body: JSON.stringify({ name }),
       signal: AbortSignal.timeout(15_000)
     })
-    return { status: res.status, body: await res.text(), replayed: res.headers.get('idempotent-replayed') === 'true', ms: performance.now() - started }
+    return {
+      status: res.status,
+      body: await res.text(),
+      replayed: res.headers.get('idempotent-replayed') === 'true',
+      ms: performance.now() - started
+    }
   }
   const rowsNamed = async (name: string): Promise<number> =>
-    (await primary.query<{ n: number }>('SELECT count(*)::int AS n FROM categories WHERE name = $1', [name], 'petstore'))[0]?.n ?? -1
+    (
+      await primary.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM categories WHERE name = $1',
+        [name],
+        'petstore'
+      )
+    )[0]?.n ?? -1
 
   t.equal((await create('replicated')).status, 201, 'with the standby: 201')
   await standby.stop('fast')
-  // An operator cancels the sessions that "hang" (their commits wait for the standby): PostgreSQL then calls them committed.
-  const waiters = async (): Promise<number> => (await primary.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND application_name LIKE 'petstore/%'"))[0]?.n ?? 0
+  // An operator cancels the sessions that "hang" (their commits wait for the standby): PostgreSQL then calls them
+  // committed.
+  const waiters = async (): Promise<number> =>
+    (
+      await primary.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND application_name LIKE 'petstore/%'"
+      )
+    )[0]?.n ?? 0
   const cancelled = create('cancelled')
   let waiting = false
   for (let i = 0; i < 200 && !waiting; i++) {
-    waiting = await waiters() > 0
+    waiting = (await waiters()) > 0
     if (!waiting) await new Promise(resolve => setTimeout(resolve, 10))
   }
   t.ok(waiting, 'the create waits for the standby')
-  await primary.query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND application_name LIKE 'petstore/%'")
+  await primary.query(
+    "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND application_name LIKE 'petstore/%'"
+  )
   const answer = await cancelled
   t.equal(answer.status, 503, `a commit the standby never confirmed is not acknowledged: ${answer.body}`)
   t.equal(await rowsNamed('cancelled'), 1, 'though PostgreSQL committed it on the primary alone')
 
   // Left alone, commits wait (the first holds the NOTIFY queue's lock until its wait ends, and the others wait for it).
-  for (const [name, key] of [['waiting', undefined], ['waiting with key', 'sync-1']] as const) {
+  for (const [name, key] of [
+    ['waiting', undefined],
+    ['waiting with key', 'sync-1']
+  ] as const) {
     const res = await create(name, key)
     t.equal(res.status, 503, `${key === undefined ? 'create' : 'keyed create'} without the standby: ${res.body}`)
     t.ok(res.ms < STATEMENT_TIMEOUT_MS + 3000, `answered in ${Math.round(res.ms)} ms, not left hanging`)

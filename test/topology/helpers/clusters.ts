@@ -23,14 +23,22 @@ import { nextPort } from './ports.js'
 const run = promisify(execFile)
 const PREFIX = 'petstore_topo_'
 
-interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
+interface Teardown {
+  teardown: (fn: () => Promise<void> | void) => void
+}
 
 /** The newest PostgreSQL major installed from Debian's packages. */
 function installedVersion (): string {
   const dir = '/usr/lib/postgresql'
-  const versions = existsSync(dir) ? readdirSync(dir).filter(v => /^\d+$/.test(v)).sort((a, b) => Number(b) - Number(a)) : []
+  const versions = existsSync(dir)
+    ? readdirSync(dir)
+      .filter(v => /^\d+$/.test(v))
+      .sort((a, b) => Number(b) - Number(a))
+    : []
   if (versions[0] === undefined || !existsSync('/usr/bin/pg_createcluster')) {
-    throw new Error('Debian\'s PostgreSQL packages are missing: apt-get install postgresql postgresql-common (scripts/test-topology.sh does)')
+    throw new Error(
+      "Debian's PostgreSQL packages are missing: apt-get install postgresql postgresql-common (scripts/test-topology.sh does)"
+    )
   }
   return versions[0]
 }
@@ -39,7 +47,7 @@ async function command (file: string, args: string[]): Promise<string> {
   try {
     return (await run(file, args, { encoding: 'utf8' })).stdout
   } catch (err) {
-    const { stderr, stdout } = err as { stderr?: string, stdout?: string }
+    const { stderr, stdout } = err as { stderr?: string; stdout?: string }
     throw new Error(`${file} ${args.join(' ')} failed: ${stderr ?? ''}${stdout ?? ''}`.trim(), { cause: err })
   }
 }
@@ -69,9 +77,14 @@ async function sweepOrphans (version: string): Promise<void> {
 }
 
 export class DebianCluster {
-  private constructor (readonly version: string, readonly name: string, readonly port: number) {}
+  private constructor (
+    readonly version: string,
+    readonly name: string,
+    readonly port: number
+  ) {}
 
-  /** A new primary cluster on a port of our own, started. `settings` go into its conf.d (not into the data directory, so a standby does not copy them). */
+  /** A new primary cluster on a port of our own, started. `settings` go into its conf.d (not into the data directory,
+   * so a standby does not copy them). */
   static async create (t: Teardown, role: string, settings: Record<string, string> = {}): Promise<DebianCluster> {
     const version = installedVersion()
     await sweepOrphans(version)
@@ -86,18 +99,28 @@ export class DebianCluster {
     return `postgres://postgres@127.0.0.1:${this.port}/${database}`
   }
 
-  get configDir (): string { return `/etc/postgresql/${this.version}/${this.name}` }
-  get dataDir (): string { return `/var/lib/postgresql/${this.version}/${this.name}` }
+  get configDir (): string {
+    return `/etc/postgresql/${this.version}/${this.name}`
+  }
 
-  async start (): Promise<void> { await command('pg_ctlcluster', [this.version, this.name, 'start']) }
+  get dataDir (): string {
+    return `/var/lib/postgresql/${this.version}/${this.name}`
+  }
 
-  /** `fast` ends every session (57P01) and shuts down cleanly; `immediate` is a crash: no checkpoint, connections cut. */
+  async start (): Promise<void> {
+    await command('pg_ctlcluster', [this.version, this.name, 'start'])
+  }
+
+  /** `fast` ends every session (57P01) and shuts down cleanly; `immediate` is a crash: no checkpoint, connections cut.
+   * */
   async stop (mode: 'fast' | 'immediate' = 'fast'): Promise<void> {
     await command('pg_ctlcluster', [this.version, this.name, 'stop', '-m', mode])
   }
 
   /** Ends recovery: the standby becomes a primary (waits until it is). */
-  async promote (): Promise<void> { await command('pg_ctlcluster', [this.version, this.name, 'promote']) }
+  async promote (): Promise<void> {
+    await command('pg_ctlcluster', [this.version, this.name, 'promote'])
+  }
 
   async drop (): Promise<void> {
     await command('pg_dropcluster', ['--stop', this.version, this.name]).catch(() => {})
@@ -109,8 +132,26 @@ export class DebianCluster {
   async createStandby (t: Teardown, role: string): Promise<DebianCluster> {
     const standby = await DebianCluster.make(t, this.version, role)
     // Replace the fresh data directory's content (the directory itself stays: its parent belongs to root).
-    for (const entry of readdirSync(standby.dataDir)) await rm(`${standby.dataDir}/${entry}`, { recursive: true, force: true })
-    await command('runuser', ['-u', 'postgres', '--', 'pg_basebackup', '-h', '127.0.0.1', '-p', String(this.port), '-U', 'postgres', '-D', standby.dataDir, '-R', '-X', 'stream', '-c', 'fast'])
+    for (const entry of readdirSync(standby.dataDir)) { await rm(`${standby.dataDir}/${entry}`, { recursive: true, force: true }) }
+    await command('runuser', [
+      '-u',
+      'postgres',
+      '--',
+      'pg_basebackup',
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(this.port),
+      '-U',
+      'postgres',
+      '-D',
+      standby.dataDir,
+      '-R',
+      '-X',
+      'stream',
+      '-c',
+      'fast'
+    ])
     await standby.configure({})
     await standby.start()
     return standby
@@ -129,15 +170,29 @@ export class DebianCluster {
   }
 
   /** One statement on a short-lived connection of its own. */
-  async query<R extends pg.QueryResultRow> (text: string, values: unknown[] = [], database = 'postgres'): Promise<R[]> {
-    return await withClient(this.url(database), async client => (await client.query<R>(text, values)).rows, { connectionTimeoutMillis: 5000 })
+  async query<R extends pg.QueryResultRow>(text: string, values: unknown[] = [], database = 'postgres'): Promise<R[]> {
+    return await withClient(this.url(database), async client => (await client.query<R>(text, values)).rows, {
+      connectionTimeoutMillis: 5000
+    })
   }
 
-  /** A new cluster, not started, removed when the test ends; trust authentication on loopback (a test machine's own). */
+  /** A new cluster, not started, removed when the test ends; trust authentication on loopback (a test machine's own).
+   * */
   private static async make (t: Teardown, version: string, role: string): Promise<DebianCluster> {
     const cluster = new DebianCluster(version, `${PREFIX}${process.pid}_${role}`, await nextPort())
-    t.teardown(async () => { await cluster.drop() })
-    await command('pg_createcluster', [version, cluster.name, '-p', String(cluster.port), '--start-conf=manual', '--', '--auth-local=trust', '--auth-host=trust'])
+    t.teardown(async () => {
+      await cluster.drop()
+    })
+    await command('pg_createcluster', [
+      version,
+      cluster.name,
+      '-p',
+      String(cluster.port),
+      '--start-conf=manual',
+      '--',
+      '--auth-local=trust',
+      '--auth-host=trust'
+    ])
     return cluster
   }
 

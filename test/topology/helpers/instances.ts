@@ -15,7 +15,8 @@ import { nextPort } from './ports.js'
  * TOPOLOGY_SERVICE_DIR runs another checkout's build instead (to watch a test fail on old code).
  */
 
-const serviceDir = process.env.TOPOLOGY_SERVICE_DIR ??
+const serviceDir =
+  process.env.TOPOLOGY_SERVICE_DIR ??
   process.env[BUILT_CHECKOUT_VARIABLE] ??
   fileURLToPath(new URL('../../..', import.meta.url))
 
@@ -27,7 +28,7 @@ export interface Instance {
   child: ChildProcess
   logFile: string
   /** Set when the process ended; `early` when that was before `stop()` (a failure). */
-  exit: { code: number | null, signal: string | null, early: boolean } | undefined
+  exit: { code: number | null; signal: string | null; early: boolean } | undefined
 }
 
 export interface Instances {
@@ -40,10 +41,14 @@ export interface Instances {
   /** An instance's whole log. */
   log: (instance: Instance) => string
   /** SIGTERM to each, then its exit code (0 is a clean shutdown). */
-  stop: () => Promise<Array<{ name: string, code: number | null, signal: string | null }>>
+  stop: () => Promise<Array<{ name: string; code: number | null; signal: string | null }>>
 }
 
-interface Teardown { teardown: (fn: () => Promise<void> | void) => void, passing: () => boolean, comment: (...message: unknown[]) => void }
+interface Teardown {
+  teardown: (fn: () => Promise<void> | void) => void
+  passing: () => boolean
+  comment: (...message: unknown[]) => void
+}
 
 export interface InstanceOptions {
   count: number
@@ -63,17 +68,22 @@ export interface InstanceOptions {
 
 /** The node flags `npm start` runs the service with (package.json: "node <flags> dist/server.js"). */
 function startFlags (): string[] {
-  const { scripts } = JSON.parse(readFileSync(path.join(serviceDir, 'package.json'), 'utf8')) as { scripts: { start: string } }
+  const { scripts } = JSON.parse(readFileSync(path.join(serviceDir, 'package.json'), 'utf8')) as {
+    scripts: { start: string }
+  }
   return scripts.start.trim().split(/\s+/).slice(1, -1)
 }
 
 const logOf = (instance: Instance): string => readFileSync(instance.logFile, 'utf8')
 
-/** Resolves once the instance's /health/ready answers 200; rejects, with its log, when it exits first or after `timeoutMs`. */
+/** Resolves once the instance's /health/ready answers 200; rejects, with its log, when it exits first or after
+ * `timeoutMs`. */
 export async function waitReady (instance: Instance, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
-    if (instance.exit !== undefined) throw new Error(`${instance.name} exited while starting:\n${logOf(instance).slice(-2000)}`)
+    if (instance.exit !== undefined) {
+      throw new Error(`${instance.name} exited while starting:\n${logOf(instance).slice(-2000)}`)
+    }
     try {
       if ((await fetch(`${instance.url}/health/ready`, { signal: AbortSignal.timeout(2000) })).status === 200) return
     } catch {}
@@ -125,11 +135,19 @@ export async function startInstances (t: Teardown, options: InstanceOptions): Pr
       logFile,
       exit: undefined
     }
-    child.once('exit', (code, signal) => { instance.exit = { code, signal, early: !stopping } })
+    child.once('exit', (code, signal) => {
+      instance.exit = { code, signal, early: !stopping }
+    })
     list.push(instance)
     if (options.oneByOne === true) await waitReady(instance)
   }
-  if (options.waitReady !== false) await Promise.all(list.map(async instance => { await waitReady(instance) }))
+  if (options.waitReady !== false) {
+    await Promise.all(
+      list.map(async instance => {
+        await waitReady(instance)
+      })
+    )
+  }
 
   return {
     list,
@@ -139,14 +157,24 @@ export async function startInstances (t: Teardown, options: InstanceOptions): Pr
     log: logOf,
     stop: async () => {
       stopping = true
-      return await Promise.all(list.map(async instance => {
-        if (instance.exit === undefined) {
-          const exited = new Promise<void>(resolve => { instance.child.once('exit', () => { resolve() }) })
-          instance.child.kill('SIGTERM')
-          await Promise.race([exited, sleep(20_000)])
-        }
-        return { name: instance.name, code: instance.exit?.code ?? null, signal: instance.exit?.signal ?? 'still running after 20 s' }
-      }))
+      return await Promise.all(
+        list.map(async instance => {
+          if (instance.exit === undefined) {
+            const exited = new Promise<void>(resolve => {
+              instance.child.once('exit', () => {
+                resolve()
+              })
+            })
+            instance.child.kill('SIGTERM')
+            await Promise.race([exited, sleep(20_000)])
+          }
+          return {
+            name: instance.name,
+            code: instance.exit?.code ?? null,
+            signal: instance.exit?.signal ?? 'still running after 20 s'
+          }
+        })
+      )
     }
   }
 }

@@ -81,23 +81,36 @@ export interface LoadResult {
 export interface Load {
   /** As LoadResult's, while the load runs. */
   firstCreatedAfter: (at: number) => Array<number | undefined>
-  /** Ends the load: no new creates; keyed creates still unanswered are retried (up to 30 s) until they get their 201. */
+  /** Ends the load: no new creates; keyed creates still unanswered are retried (up to 30 s) until they get their 201.
+   * */
   stop: () => Promise<LoadResult>
 }
 
-interface Answer { status: number, body: string, retryAfter: string | null, replayed: boolean }
+interface Answer {
+  status: number
+  body: string
+  retryAfter: string | null
+  replayed: boolean
+}
 
 const RESOLVE_LIMIT_MS = 30_000
 
 /** Rows of the categories table, ordered by id. */
-export async function tableRows (databaseUrl: string): Promise<Array<{ id: number, name: string }>> {
-  return await withClient(databaseUrl, async client =>
-    (await client.query<{ id: number, name: string }>('SELECT id::float8 AS id, name FROM categories ORDER BY id')).rows)
+export async function tableRows (databaseUrl: string): Promise<Array<{ id: number; name: string }>> {
+  return await withClient(
+    databaseUrl,
+    async client =>
+      (await client.query<{ id: number; name: string }>('SELECT id::float8 AS id, name FROM categories ORDER BY id'))
+        .rows
+  )
 }
 
-interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
+interface Teardown {
+  teardown: (fn: () => Promise<void> | void) => void
+}
 
-/** Starts the load; it runs until `stop()` (or until the test ends: a test that fails half-way leaves no load behind). */
+/** Starts the load; it runs until `stop()` (or until the test ends: a test that fails half-way leaves no load behind).
+ * */
 export function startLoad (t: Teardown, options: LoadOptions): Load {
   const { targets, apiKey } = options
   const consistencyMs = options.consistencyMs ?? 100
@@ -115,14 +128,27 @@ export function startLoad (t: Teardown, options: LoadOptions): Load {
   const state = { stopping: false, resolveDeadline: Infinity }
   let nextTarget = 0
 
-  async function exchange (op: Exchange['op'], init: RequestInit & { headers: Record<string, string> }, path = '/v1/categories'): Promise<Answer | undefined> {
+  async function exchange (
+    op: Exchange['op'],
+    init: RequestInit & { headers: Record<string, string> },
+    path = '/v1/categories'
+  ): Promise<Answer | undefined> {
     const target = nextTarget++ % targets.length
     const startedAt = performance.now()
     try {
-      const res = await fetch(`${targets[target] ?? ''}${path}`, { ...init, headers: { authorization: `Bearer ${apiKey}`, ...init.headers }, signal: AbortSignal.timeout(15_000) })
+      const res = await fetch(`${targets[target] ?? ''}${path}`, {
+        ...init,
+        headers: { authorization: `Bearer ${apiKey}`, ...init.headers },
+        signal: AbortSignal.timeout(15_000)
+      })
       const body = await res.text()
       exchanges.push({ target, op, startedAt, endedAt: performance.now(), status: res.status })
-      return { status: res.status, body, retryAfter: res.headers.get('retry-after'), replayed: res.headers.get('idempotent-replayed') === 'true' }
+      return {
+        status: res.status,
+        body,
+        retryAfter: res.headers.get('retry-after'),
+        replayed: res.headers.get('idempotent-replayed') === 'true'
+      }
     } catch (err) {
       exchanges.push({ target, op, startedAt, endedAt: performance.now(), status: 0 })
       problems.push(`${op} on ${targets[target] ?? ''}: transport failure ${String((err as Error).cause ?? err)}`)
@@ -135,21 +161,31 @@ export function startLoad (t: Teardown, options: LoadOptions): Load {
     const code = answer.status === 503 ? 'SERVICE_UNAVAILABLE' : 'IDEMPOTENCY_KEY_IN_USE'
     try {
       const body = JSON.parse(answer.body) as Record<string, unknown>
-      if (body.code === code && body.status === answer.status && typeof body.message === 'string' && Object.keys(body).length === 3 && /^\d+$/.test(answer.retryAfter ?? '')) return true
+      if (
+        body.code === code &&
+        body.status === answer.status &&
+        typeof body.message === 'string' &&
+        Object.keys(body).length === 3 &&
+        /^\d+$/.test(answer.retryAfter ?? '')
+      ) { return true }
     } catch {}
     problems.push(`${op} answered ${answer.status} without the Error body or Retry-After: ${answer.body.slice(0, 200)}`)
     return false
   }
 
   function acknowledge (body: string, name: string): void {
-    const category = JSON.parse(body) as { id: number, name: string }
+    const category = JSON.parse(body) as { id: number; name: string }
     if (category.name !== name) problems.push(`create of ${name} answered with ${body.slice(0, 200)}`)
     if (!acknowledged.has(category.id)) ackTimes.push([performance.now(), category.id])
     acknowledged.set(category.id, category.name)
   }
 
   async function keyedCreate (name: string, key: string): Promise<void> {
-    const init = { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify({ name }) }
+    const init = {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify({ name })
+    }
     for (let attempt = 0; ; attempt++) {
       if (performance.now() > state.resolveDeadline) {
         unansweredKeys.push(key)
@@ -179,7 +215,11 @@ export function startLoad (t: Teardown, options: LoadOptions): Load {
       if (Math.random() < (options.keyedShare ?? 0.75)) {
         await keyedCreate(name, `${name}-key`)
       } else {
-        const answer = await exchange('create', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name }) })
+        const answer = await exchange('create', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ name })
+        })
         if (answer?.status === 201) acknowledge(answer.body, name)
         else if (answer?.status === 503) refusalIsWellFormed('create', answer)
         else if (answer !== undefined) problems.push(`create answered ${answer.status}: ${answer.body.slice(0, 200)}`)
@@ -194,7 +234,7 @@ export function startLoad (t: Teardown, options: LoadOptions): Load {
       const answer = await exchange('list', { headers: {} })
       if (answer?.status === 200) {
         const ids = (JSON.parse(answer.body) as Array<{ id: number }>).map(c => c.id)
-        if (ids.some((id, i) => i > 0 && id <= (ids[i - 1] as number))) problems.push('a list was not in ascending id order')
+        if (ids.some((id, i) => i > 0 && id <= (ids[i - 1] as number))) { problems.push('a list was not in ascending id order') }
         const listed = new Set(ids)
         for (const [at, id] of ackTimes) {
           if (at > startedAt - consistencyMs) break
@@ -213,14 +253,21 @@ export function startLoad (t: Teardown, options: LoadOptions): Load {
   }
 
   const running = [
-    ...Array.from({ length: options.writers ?? 6 }, async (_, w) => { await writer(w) }),
-    ...Array.from({ length: options.readers ?? 4 }, async () => { await reader() })
+    ...Array.from({ length: options.writers ?? 6 }, async (_, w) => {
+      await writer(w)
+    }),
+    ...Array.from({ length: options.readers ?? 4 }, async () => {
+      await reader()
+    })
   ]
 
-  const firstCreatedAfter = (at: number): Array<number | undefined> => targets.map((_, target) => {
-    const first = exchanges.find(e => e.target === target && e.op === 'create' && e.status === 201 && e.startedAt >= at)
-    return first === undefined ? undefined : Math.round(first.endedAt - at)
-  })
+  const firstCreatedAfter = (at: number): Array<number | undefined> =>
+    targets.map((_, target) => {
+      const first = exchanges.find(
+        e => e.target === target && e.op === 'create' && e.status === 201 && e.startedAt >= at
+      )
+      return first === undefined ? undefined : Math.round(first.endedAt - at)
+    })
 
   let stopped: Promise<LoadResult> | undefined
   const stop = async (): Promise<LoadResult> => {
@@ -258,8 +305,9 @@ export interface AuditOptions {
   databaseUrl: string
   instances: Instances
   /** The table's rows before the load started (seeded rows no load client sent). */
-  before: Array<{ id: number, name: string }>
-  /** Stale lists asked for before this time (performance.now()) are counted, not failed: for a topology that cannot be consistent for a while. */
+  before: Array<{ id: number; name: string }>
+  /** Stale lists asked for before this time (performance.now()) are counted, not failed: for a topology that cannot be
+   * consistent for a while. */
   staleListsAllowedBefore?: number
   /** Stop the instances at the end, each to exit 0 on SIGTERM (default true); false leaves that to the test. */
   stopInstances?: boolean
@@ -280,19 +328,31 @@ export interface Figures {
 export async function auditLoad (t: Test, result: LoadResult, options: AuditOptions): Promise<Figures> {
   const { instances } = options
   const exited = instances.exited()
-  t.same(exited.map(i => `${i.name} exited (${i.exit?.code ?? i.exit?.signal ?? ''}): ${instances.logTail(i, 5)}`), [], 'no instance exited')
-  t.same(result.problems.slice(0, 10), [], 'no 500, no transport failure; every refusal a 503 (or 409) Error body with Retry-After')
+  t.same(
+    exited.map(i => `${i.name} exited (${i.exit?.code ?? i.exit?.signal ?? ''}): ${instances.logTail(i, 5)}`),
+    [],
+    'no instance exited'
+  )
+  t.same(
+    result.problems.slice(0, 10),
+    [],
+    'no 500, no transport failure; every refusal a 503 (or 409) Error body with Retry-After'
+  )
   t.equal(result.problems.length, 0, `${result.problems.length} problems`)
   t.same(result.unansweredKeys.slice(0, 10), [], 'every Idempotency-Key got its 201 (none stuck)')
   const allowedBefore = options.staleListsAllowedBefore ?? -Infinity
   const stale = result.staleListTimes.filter(at => at >= allowedBefore)
-  if (stale.length < result.staleListTimes.length) t.comment(`${result.staleListTimes.length - stale.length} stale lists in the allowed window`)
+  if (stale.length < result.staleListTimes.length) { t.comment(`${result.staleListTimes.length - stale.length} stale lists in the allowed window`) }
   t.equal(stale.length, 0, 'no list missed a create acknowledged 100 ms or more before it was asked for')
 
   const rows = await tableRows(options.databaseUrl)
   const byId = new Map(rows.map(r => [r.id, r.name]))
   const lost = [...result.acknowledged].filter(([id, name]) => byId.get(id) !== name)
-  t.same(lost.slice(0, 10), [], `every one of ${result.acknowledged.size} acknowledged creates is in the table with its name`)
+  t.same(
+    lost.slice(0, 10),
+    [],
+    `every one of ${result.acknowledged.size} acknowledged creates is in the table with its name`
+  )
   const seeded = new Set(options.before.map(r => r.id))
   const phantoms = rows.filter(r => !seeded.has(r.id) && !result.sentNames.has(r.name))
   t.same(phantoms.slice(0, 10), [], 'no row that no client sent')
@@ -301,13 +361,21 @@ export async function auditLoad (t: Test, result: LoadResult, options: AuditOpti
 
   const table = JSON.stringify(rows.map(r => [r.id, r.name]))
   for (const instance of instances.list) {
-    const res = await fetch(`${instance.url}/v1/categories`, { headers: { authorization: `Bearer ${result.apiKey}` }, signal: AbortSignal.timeout(15_000) })
-      .then(async res => ({ status: res.status, body: await res.text() }), (err: Error) => ({ status: 0, body: String(err.cause ?? err) }))
+    const res = await fetch(`${instance.url}/v1/categories`, {
+      headers: { authorization: `Bearer ${result.apiKey}` },
+      signal: AbortSignal.timeout(15_000)
+    }).then(
+      async res => ({ status: res.status, body: await res.text() }),
+      (err: Error) => ({ status: 0, body: String(err.cause ?? err) })
+    )
     t.equal(res.status, 200, `${instance.name} lists: ${res.status === 200 ? 'ok' : res.body.slice(0, 200)}`)
-    const listed = res.status === 200 ? JSON.stringify((JSON.parse(res.body) as Array<{ id: number, name: string }>).map(c => [c.id, c.name])) : res.body
+    const listed =
+      res.status === 200
+        ? JSON.stringify((JSON.parse(res.body) as Array<{ id: number; name: string }>).map(c => [c.id, c.name]))
+        : res.body
     t.ok(listed === table, `${instance.name}'s list equals the table (${rows.length} rows)`)
   }
-  if (options.stopInstances !== false) for (const stopped of await instances.stop()) t.equal(stopped.code, 0, `${stopped.name} stopped cleanly on SIGTERM`)
+  if (options.stopInstances !== false) { for (const stopped of await instances.stop()) t.equal(stopped.code, 0, `${stopped.name} stopped cleanly on SIGTERM`) }
 
   const answers: Record<string, number> = {}
   for (const e of result.exchanges) answers[`${e.op} ${e.status}`] = (answers[`${e.op} ${e.status}`] ?? 0) + 1

@@ -26,7 +26,9 @@ export interface PgBouncer {
   stop: () => Promise<void>
 }
 
-interface Teardown { teardown: (fn: () => Promise<void> | void) => void }
+interface Teardown {
+  teardown: (fn: () => Promise<void> | void) => void
+}
 
 /** Installs PgBouncer from Debian's packages when it is missing; its version. */
 export function ensurePgBouncer (): string {
@@ -34,7 +36,7 @@ export function ensurePgBouncer (): string {
 }
 
 /** PgBouncer refuses to run as root: as root it is started as this user (`-u`), which must read its files. */
-function unprivilegedUser (): { name: string, uid: number, gid: number } | undefined {
+function unprivilegedUser (): { name: string; uid: number; gid: number } | undefined {
   if (process.getuid?.() !== 0) return undefined
   for (const name of ['postgres', 'nobody']) {
     try {
@@ -48,8 +50,13 @@ function unprivilegedUser (): { name: string, uid: number, gid: number } | undef
 async function accepting (port: number): Promise<boolean> {
   return await new Promise(resolve => {
     const socket = connect(port, '127.0.0.1')
-    socket.once('connect', () => { socket.destroy(); resolve(true) })
-    socket.once('error', () => { resolve(false) })
+    socket.once('connect', () => {
+      socket.destroy()
+      resolve(true)
+    })
+    socket.once('error', () => {
+      resolve(false)
+    })
   })
 }
 
@@ -91,13 +98,23 @@ export async function startPgBouncer (t: Teardown, serverUrl: string, mode: Pool
   await chmod(dir, 0o700)
   if (runAs !== undefined) await chown(dir, runAs.uid, runAs.gid)
 
-  const child = spawn('pgbouncer', [...(runAs === undefined ? [] : ['-u', runAs.name]), path.join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(
+    'pgbouncer',
+    [...(runAs === undefined ? [] : ['-u', runAs.name]), path.join(dir, 'pgbouncer.ini')],
+    { stdio: ['ignore', 'pipe', 'pipe'] }
+  )
   let output = ''
-  child.stdout.on('data', (d: Buffer) => { output += d.toString() })
-  child.stderr.on('data', (d: Buffer) => { output += d.toString() })
+  child.stdout.on('data', (d: Buffer) => {
+    output += d.toString()
+  })
+  child.stderr.on('data', (d: Buffer) => {
+    output += d.toString()
+  })
   const exited = once(child, 'exit')
   // Should the test process end without its teardown (an uncaught error), PgBouncer must not outlive it.
-  const killOnExit = (): void => { child.kill('SIGKILL') }
+  const killOnExit = (): void => {
+    child.kill('SIGKILL')
+  }
   process.once('exit', killOnExit)
   let stopped = false
   const stop = async (): Promise<void> => {
@@ -105,7 +122,9 @@ export async function startPgBouncer (t: Teardown, serverUrl: string, mode: Pool
     stopped = true
     if (child.exitCode === null && child.signalCode === null) {
       child.kill('SIGINT') // PgBouncer's immediate shutdown
-      const killed = setTimeout(() => { child.kill('SIGKILL') }, 5000)
+      const killed = setTimeout(() => {
+        child.kill('SIGKILL')
+      }, 5000)
       await exited
       clearTimeout(killed)
     }
