@@ -1,9 +1,6 @@
 import { randomBytes } from 'node:crypto'
-import { existsSync, readFileSync } from 'node:fs'
 import http from 'node:http'
-import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { testDatabase } from '../helpers/database.js'
 import { ensureDebianPackage } from '../helpers/debian-package.js'
@@ -19,7 +16,7 @@ import { nextPort } from '../topology/helpers/ports.js'
  * through HAProxy while each instance in turn gets SIGTERM, exits and starts again, and then while
  * Redis is stopped and started. No request may fail, no create answered 201 be lost, no row appear
  * that no client sent, and the failed-authentication limit must be one limit over all instances.
- * `npm run test:cluster` builds dist/ and runs this; as root it installs HAProxy and redis-server
+ * `npm run test:cluster` runs this on its one build; as root it installs HAProxy and redis-server
  * from Debian's packages when they are missing.
  */
 
@@ -57,11 +54,6 @@ const SETTLE_MS = 1000
 const READER_PAUSE_MS = 50
 /** Of an answer or a log quoted in a failure. */
 const QUOTED_CHARS = 2000
-
-const root = fileURLToPath(new URL('../..', import.meta.url))
-/** The node flags `npm start` runs the service with (package.json: "node <flags> dist/server.js"). */
-const startFlags = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } })
-  .scripts.start.trim().split(/\s+/).slice(1, -1)
 
 interface Answer { status: number, headers: http.IncomingHttpHeaders, body: string }
 interface Category { id: number, name: string }
@@ -252,8 +244,8 @@ class Cluster {
   /** Starts the instance and waits until its /health/ready answers 200. */
   async start (instance: Instance): Promise<void> {
     const env = { ...this.env, PORT: String(instance.port), METRICS_PORT: String(instance.metricsPort) }
-    const nodeArgs = [...startFlags, 'dist/server.js']
-    const server = await startServer(this.t, env, { cwd: root, nodeArgs, listening: false })
+    // The run's build, as npm start runs it (test/helpers/server-process.ts).
+    const server = await startServer(this.t, env, { listening: false })
     instance.processes.push(server)
     const ready = await eventually(async () => {
       if (server.child.exitCode !== null) throw new Error(`${instance.name} exited while starting:\n${server.output()}`)
@@ -361,7 +353,6 @@ async function startCluster (t: Test, databaseUrl: string, redisUrl: string): Pr
 }
 
 t.test('a rolling restart and a Redis outage under load: no failed request, no lost or phantom create', async t => {
-  if (!existsSync(path.join(root, 'dist/server.js'))) throw new Error('dist/server.js is missing: run npm run build')
   t.comment(ensureDebianPackage('redis-server', ['--version']))
   const db = await testDatabase(t)
   const redis = await testRedis(t, { port: await port(2 * INSTANCES + 2) })
