@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { isAlive, lockDataDir } from '@petstore/embedded-postgres'
 import { freePort } from './helpers/ports.js'
-import { startServer, type ServerProcess } from './helpers/server-process.js'
+import { categoriesRequest, startServer, type ServerProcess } from './helpers/server-process.js'
 
 /*
  * One data directory, one petstore process: a second start on it is refused and
@@ -30,20 +30,6 @@ async function lockOf (dir: string): Promise<{ pid: number; postgresPid: number 
 
 async function keyOf (dir: string): Promise<string> {
   return (await readFile(path.join(dir, 'dev-api-key'), 'utf8')).trim()
-}
-
-async function request (
-  server: ServerProcess,
-  key: string,
-  method = 'GET',
-  body?: unknown
-): Promise<{ status: number; body: unknown }> {
-  const res = await fetch(`http://127.0.0.1:${server.port}/v1/categories`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body)
-  })
-  return { status: res.status, body: await res.json() }
 }
 
 function stackFree (output: string): boolean {
@@ -73,7 +59,7 @@ t.test(
     t.ok(stackFree(second.output()), 'no stack trace')
     t.notMatch(second.output(), /9464|METRICS_PORT/, 'not a metrics-port failure')
 
-    t.equal((await request(first, key)).status, 200, 'the first still answers')
+    t.equal((await categoriesRequest(first, key)).status, 200, 'the first still answers')
     t.equal((await fetch(`http://127.0.0.1:${first.port}/health/ready`)).status, 200, 'and is still ready')
     t.equal((await lockOf(dir)).pid, first.child.pid, 'the lock still names the first')
     first.child.kill('SIGTERM')
@@ -87,7 +73,7 @@ t.test(
     const dir = await dataDir()
     const first = await startServer(t, { DATA_DIR: dir })
     const key = await keyOf(dir)
-    t.equal((await request(first, key, 'POST', { name: 'kept' })).status, 201)
+    t.equal((await categoriesRequest(first, key, 'POST', { name: 'kept' })).status, 201)
     const { postgresPid } = await lockOf(dir)
     first.child.kill('SIGKILL')
     await first.exited
@@ -95,7 +81,7 @@ t.test(
 
     const second = await startServer(t, { DATA_DIR: dir })
     t.notOk(isAlive(postgresPid), 'the orphan was stopped')
-    const list = await request(second, key)
+    const list = await categoriesRequest(second, key)
     t.same(
       (list.body as Array<{ name: string }>).map(c => c.name),
       ['kept'],
@@ -172,14 +158,14 @@ t.test("an initdb left running by a SIGKILLed start cannot spoil the next start'
         .join(' / ')}`
     )
     const key = await keyOf(dir)
-    t.equal((await request(second, key, 'POST', { name: 'kept' })).status, 201, `round ${round}: and writes`)
+    t.equal((await categoriesRequest(second, key, 'POST', { name: 'kept' })).status, 201, `round ${round}: and writes`)
     second.child.kill('SIGTERM')
     t.equal(await second.exited, 0)
 
     // Once the orphan is gone, a start clears what it left beside the cluster.
     for (let i = 0; i < 600 && orphans.some(isAlive); i++) await sleep(50)
     const third = await startServer(t, { DATA_DIR: dir })
-    t.same((await request(third, key)).body, [{ id: 1, name: 'kept' }], `round ${round}: the cluster is intact`)
+    t.same((await categoriesRequest(third, key)).body, [{ id: 1, name: 'kept' }], `round ${round}: the cluster is intact`)
     t.same(
       (await readdir(dir)).filter(name => name.startsWith('postgres.initdb')),
       [],

@@ -5,7 +5,7 @@ import pg from 'pg'
 import t, { type Test } from 'tap'
 import { LISTENER_APPLICATION_NAME } from '../src/machinery/change-feed.js'
 import { SERVICE_ROLE } from '@petstore/embedded-postgres'
-import { startServer, type ServerProcess } from './helpers/server-process.js'
+import { categoriesRequest, startServer } from './helpers/server-process.js'
 
 /*
  * With the embedded database the service connects as a role of its own, which owns its database and tables
@@ -45,20 +45,6 @@ async function psql (t: Test, dir: string, role: string, passwordFile: string): 
   return client
 }
 
-async function request (
-  server: ServerProcess,
-  key: string,
-  method = 'GET',
-  body?: unknown
-): Promise<{ status: number; body: unknown }> {
-  const res = await fetch(`http://127.0.0.1:${server.port}/v1/categories`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body)
-  })
-  return { status: res.status, body: await res.json() }
-}
-
 async function serviceSessionRoles (superuser: pg.Client): Promise<unknown[]> {
   const { rows } = await superuser.query(
     `
@@ -87,7 +73,7 @@ const ownedByService = [
 t.test('a new data directory: the service connects as its own role, which may do nothing but own its data', async t => {
   const dir = await dataDir()
   const server = await startServer(t, { DATA_DIR: dir })
-  t.equal((await request(server, await secret(dir, 'dev-api-key'), 'POST', { name: 'written' })).status, 201)
+  t.equal((await categoriesRequest(server, await secret(dir, 'dev-api-key'), 'POST', { name: 'written' })).status, 201)
   t.equal(
     ((await stat(path.join(dir, `${SERVICE_ROLE}-password`))).mode & 0o777).toString(8),
     '600',

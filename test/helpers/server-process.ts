@@ -131,3 +131,18 @@ export async function startServer (
   }
   return server
 }
+
+/** A request to the server's /v1/categories with a bearer key (and a JSON body, if given): status and body. */
+export async function categoriesRequest (
+  server: ServerProcess,
+  key: string,
+  method = 'GET',
+  body?: unknown
+): Promise<{ status: number, body: unknown }> {
+  const res = await fetch(`http://127.0.0.1:${server.port}/v1/categories`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body)
+  })
+  return { status: res.status, body: await res.json() }
+}
