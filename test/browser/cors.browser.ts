@@ -1,11 +1,11 @@
-import { existsSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { createServer } from 'node:http'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { chromium, type Page } from 'playwright-core'
+import { type Page } from 'playwright-core'
 import t from 'tap'
 import { freePort } from '../helpers/ports.js'
+import { launchChromium } from './chromium.js'
 import { startServer } from '../helpers/server-process.js'
 
 /*
@@ -17,11 +17,7 @@ import { startServer } from '../helpers/server-process.js'
  */
 
 t.setTimeout(300000)
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 const KEY = `browser-cors-${Date.now()}`
-if (!existsSync(CHROMIUM)) {
-  throw new Error(`Chromium not found at ${CHROMIUM}: install it (apt-get install -y chromium) or set CHROMIUM_PATH`)
-}
 
 const work = await mkdtemp(path.join(tmpdir(), 'petstore-cors-browser-'))
 const data = await mkdtemp(path.join(tmpdir(), 'petstore-cors-browser-data-'))
@@ -49,22 +45,7 @@ if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') {
 const server = await startServer(t, env)
 const api = `http://127.0.0.1:${server.port}`
 
-const context = await chromium.launchPersistentContext(path.join(work, 'profile'), {
-  executablePath: CHROMIUM,
-  headless: true,
-  args: [
-    '--headless',
-    '--no-sandbox',
-    '--disable-gpu',
-    '--no-first-run',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync'
-  ]
-})
-t.teardown(async () => {
-  await context.close()
-})
+const context = await launchChromium(t, path.join(work, 'profile'))
 
 async function openPage (origin: string): Promise<Page> {
   const page = await context.newPage()

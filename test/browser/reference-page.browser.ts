@@ -1,13 +1,13 @@
 import { execFileSync } from 'node:child_process'
-import { existsSync } from 'node:fs'
 import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises'
 import { request as httpRequest } from 'node:http'
 import { createServer as createHttpsServer } from 'node:https'
 import { networkInterfaces, tmpdir } from 'node:os'
 import path from 'node:path'
-import { chromium, type Page } from 'playwright-core'
+import { type Page } from 'playwright-core'
 import t, { type Test } from 'tap'
 import { freePort } from '../helpers/ports.js'
+import { launchChromium } from './chromium.js'
 import { startServer } from '../helpers/server-process.js'
 
 /*
@@ -20,16 +20,12 @@ import { startServer } from '../helpers/server-process.js'
  */
 
 t.setTimeout(300000)
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 const SCREENSHOTS = path.resolve('.cache', 'browser')
 const KEY = `browser-${Date.now()}`
 
 const lanAddress = Object.values(networkInterfaces())
   .flat()
   .find(i => i !== undefined && i.family === 'IPv4' && !i.internal)?.address
-if (!existsSync(CHROMIUM)) {
-  throw new Error(`Chromium not found at ${CHROMIUM}: install it (apt-get install -y chromium) or set CHROMIUM_PATH`)
-}
 if (lanAddress === undefined) throw new Error('this machine has no non-loopback IPv4 address to serve the page on')
 
 const work = await mkdtemp(path.join(tmpdir(), 'petstore-browser-'))
@@ -99,24 +95,8 @@ async function tlsProxy (): Promise<number> {
   return port
 }
 
-const context = await chromium.launchPersistentContext(path.join(work, 'profile'), {
-  executablePath: CHROMIUM,
-  headless: true,
-  ignoreHTTPSErrors: true, // the proxy's certificate is self-signed
-  args: [
-    '--headless',
-    '--no-sandbox',
-    '--disable-gpu',
-    '--disable-quic',
-    '--no-first-run',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync'
-  ]
-})
-t.teardown(async () => {
-  await context.close()
-})
+// the proxy's certificate is self-signed
+const context = await launchChromium(t, path.join(work, 'profile'), { ignoreHTTPSErrors: true })
 
 /** Loads the page at `base`, authorizes, executes listCategories; returns what went wrong on the way. */
 async function tryListCategories (t: Test, base: string, name: string): Promise<void> {
