@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { LightMyRequestResponse } from 'fastify'
 import pg from 'pg'
 import t, { type Test } from 'tap'
-import { AUTH, testApp } from './helpers/app.js'
+import { AUTH, metric, testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { TcpProxy, type ProxiedConnection } from './helpers/tcp-proxy.js'
 
@@ -40,14 +40,22 @@ async function rowsNamed (name: string): Promise<Array<{ id: string }>> {
   return (await admin.query<{ id: string }>('SELECT id::text FROM categories WHERE name = $1', [name])).rows
 }
 
-async function until<T> (what: string, probe: () => Promise<T | undefined>): Promise<T> {
-  for (let i = 0; i < 500; i++) {
+/** Polls `probe` until it gives a value; throws naming `what` after `timeoutMs`. */
+async function until<T> (what: string, probe: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
     const value = await probe()
     if (value !== undefined) return value
     await sleep(10)
   }
   throw new Error(`timed out waiting for ${what}`)
 }
+
+/** Past the change feed's longest backoff (5 s, jitter up to 1.25 ×) and a connection's time limit (2 s). */
+const FEED_BACKOFF_BUDGET_MS = 30_000
+
+/** Rows whose ids, comma-separated, pass the 7,900 characters an insert's notification may carry. */
+const UNANNOUNCED_INSERT_ROWS = 3000
 
 /** The service's backend that waits for a lock (its INSERT behind the blocker's table lock). */
 const lockWaiter = async (): Promise<number> =>
@@ -154,7 +162,16 @@ t.test('the database unreachable when a request fails and back for its retry: th
 })
 
 t.test('a backend terminated during a long list read (the COPY path): 503, then the whole list', async t => {
-  await admin.query("INSERT INTO categories (name) SELECT 'bulk ' || i FROM generate_series(1, 1500) AS i")
+  // The outage above dropped the change feed; deaf, an instance reads lists without COPY. Once it hears again (its
+  // backoff may have grown to seconds), an insert too large to announce its ids ('*') drops the list everywhere, so
+  // the next read builds the whole list through COPY.
+  await until('the change feed listening again', async () =>
+    (await metric(app, 'change_feed_listening')) === 1 ? true : undefined, FEED_BACKOFF_BUDGET_MS
+  )
+  await admin.query('INSERT INTO categories (name) SELECT $1 || i FROM generate_series(1, $2::int) AS i', [
+    'bulk ',
+    UNANNOUNCED_INSERT_ROWS
+  ])
   let release: (() => void) | undefined
   const held = new Promise<void>(resolve => {
     proxy.onClientData = (chunk: Buffer, connection: ProxiedConnection) => {
@@ -170,7 +187,6 @@ t.test('a backend terminated during a long list read (the COPY path): 503, then 
   t.teardown(() => {
     proxy.onClientData = undefined
   })
-  // Wait until the insert's notification has dropped the cached list, so the next read goes to the database.
   const list = until('a list read from the database', async () => {
     const res = await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
     return release === undefined && res.statusCode === 200 ? undefined : res
