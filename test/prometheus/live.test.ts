@@ -45,7 +45,7 @@ const service = await startServer(t, {
   RATE_LIMIT_AUTH_FAILURES: '3',
   RATE_LIMIT_WINDOW_MS: '1000',
   DB_CONNECTION_TIMEOUT_MS: '500'
-}, { nodeArgs: ['dist/server.js'] })
+})
 const api = `http://127.0.0.1:${service.port}`
 
 const work = await mkdtemp(path.join(tmpdir(), 'petstore-prometheus-'))
