@@ -18,13 +18,16 @@ service_password=$(random_hex 24)
 key=$(random_hex 32)
 umask 077
 # Written under a temporary name first, so a failure never leaves a half-filled file.
-sed -e "s/^POSTGRES_PASSWORD=.*/POSTGRES_PASSWORD=$password/" -e "s/^PETSTORE_DB_PASSWORD=.*/PETSTORE_DB_PASSWORD=$service_password/" \
+sed -e "s/^POSTGRES_PASSWORD=.*/POSTGRES_PASSWORD=$password/" \
+  -e "s/^PETSTORE_DB_PASSWORD=.*/PETSTORE_DB_PASSWORD=$service_password/" \
   -e "s/^API_KEYS=.*/API_KEYS=$key/" .env.example > "$target.tmp.$$"
-grep -q "^POSTGRES_PASSWORD=$password\$" "$target.tmp.$$" && grep -q "^PETSTORE_DB_PASSWORD=$service_password\$" "$target.tmp.$$" \
+grep -q "^POSTGRES_PASSWORD=$password\$" "$target.tmp.$$" \
+  && grep -q "^PETSTORE_DB_PASSWORD=$service_password\$" "$target.tmp.$$" \
   && grep -q "^API_KEYS=$key\$" "$target.tmp.$$" || {
   rm -f "$target.tmp.$$"
   echo "create-env: .env.example has no POSTGRES_PASSWORD=, PETSTORE_DB_PASSWORD= or API_KEYS= line" >&2
   exit 1
 }
 mv "$target.tmp.$$" "$target"
-echo "create-env: wrote $target (mode 600) with random POSTGRES_PASSWORD, PETSTORE_DB_PASSWORD and API_KEYS; the key: grep ^API_KEYS= $target"
+echo "create-env: wrote $target (mode 600) with random POSTGRES_PASSWORD, PETSTORE_DB_PASSWORD and API_KEYS;" \
+  "the key: grep ^API_KEYS= $target"

@@ -89,7 +89,10 @@ function method (route: string, verb: string, operation: Operation): string[] {
   const args: string[] = []
   const params: string[] = []
   const path = parameters.filter(p => p.in === 'path')
-  for (const p of path) { args.push(`${camel(p.name)}: ${typeOf(p.schema, `${indexed}['parameters']['path'][${quote(p.name)}]`)}`) }
+  for (const p of path) {
+    const type = typeOf(p.schema, `${indexed}['parameters']['path'][${quote(p.name)}]`)
+    args.push(`${camel(p.name)}: ${type}`)
+  }
   if (path.length > 0) {
     params.push(
       `path: { ${path.map(p => (p.name === camel(p.name) ? p.name : `${key(p.name)}: ${camel(p.name)}`)).join(', ')} }`
@@ -110,7 +113,10 @@ function method (route: string, verb: string, operation: Operation): string[] {
       const fallback = `NonNullable<${indexed}['parameters'][${quote(where)}]>[${quote(p.name)}]`
       options.push({ name: camel(p.name), type: typeOf(p.schema, fallback), required: p.required === true })
     }
-    if (found.length > 0) { params.push(`${where}: { ${found.map(p => `${key(p.name)}: request.${camel(p.name)}`).join(', ')} }`) }
+    if (found.length > 0) {
+      const members = found.map(p => `${key(p.name)}: request.${camel(p.name)}`)
+      params.push(`${where}: { ${members.join(', ')} }`)
+    }
   }
   const conditional = '304' in operation.responses
   if (conditional) {
@@ -158,11 +164,13 @@ export function clientOperations (text: string): string {
     .filter(line => !/^(\/\*\*| \*)/.test(line))
     .join('\n')
   const uses = (name: string): boolean => new RegExp(`\\b${name}\\b`).test(code)
+  const types = ['ListResult', 'Result'].filter(uses).map(name => `type ${name}`)
+  const imported = [...['answer', 'listAnswer'].filter(uses), ...types]
   return (
     HEADER() +
     [
       "import type { Client } from 'openapi-fetch'",
-      `import { ${[...['answer', 'listAnswer'].filter(uses), ...['ListResult', 'Result'].filter(uses).map(t => `type ${t}`)].join(', ')} } from '../result.js'`,
+      `import { ${imported.join(', ')} } from '../result.js'`,
       `import type { components, ${uses('operations') ? 'operations, ' : ''}paths } from './openapi.js'`,
       '',
       ...schemas.map(name => `export type ${alias(name)} = components['schemas'][${quote(name)}]`),

@@ -77,14 +77,18 @@ function cpus (quantity: string): string {
 }
 
 const [file, kind] = process.argv.slice(2)
-if (file === undefined || (kind !== 'Deployment' && kind !== 'Job')) { fail('usage: pod-to-docker.ts RENDERED.yaml Deployment|Job') }
+if (file === undefined || (kind !== 'Deployment' && kind !== 'Job')) {
+  fail('usage: pod-to-docker.ts RENDERED.yaml Deployment|Job')
+}
 const objects = parseAllDocuments(readFileSync(file, 'utf8'))
   .map(d => d.toJSON() as K8sObject | null)
   .filter((o): o is K8sObject => o !== null)
 const owners = objects.filter(o => o.kind === kind)
 if (owners.length !== 1) fail(`expected one ${kind}, found ${owners.length}`)
 const pod = owners[0]?.spec?.template?.spec ?? fail(`${kind} has no pod template`)
-if (pod.containers.length !== 1 || (pod.initContainers?.length ?? 0) > 0) { fail('exactly one container and no init containers are translated') }
+if (pod.containers.length !== 1 || (pod.initContainers?.length ?? 0) > 0) {
+  fail('exactly one container and no init containers are translated')
+}
 const container = pod.containers[0] as Container
 if (container.envFrom !== undefined) fail('envFrom is not translated')
 
@@ -100,7 +104,9 @@ for (const cap of sc.capabilities?.drop ?? []) flags.push('--cap-drop', cap)
 for (const cap of sc.capabilities?.add ?? []) flags.push('--cap-add', cap)
 if (sc.allowPrivilegeEscalation === false) flags.push('--security-opt', 'no-new-privileges')
 // RuntimeDefault is the engine's default seccomp profile, which docker run applies unless told otherwise.
-if (sc.seccompProfile !== undefined && sc.seccompProfile.type !== 'RuntimeDefault') { fail(`seccomp ${sc.seccompProfile.type} is not translated`) }
+if (sc.seccompProfile !== undefined && sc.seccompProfile.type !== 'RuntimeDefault') {
+  fail(`seccomp ${sc.seccompProfile.type} is not translated`)
+}
 
 // Writable volumes: an emptyDir is a tmpfs here; anything else cannot be reproduced.
 for (const mount of container.volumeMounts ?? []) {
@@ -120,7 +126,9 @@ const env: string[] = []
 for (const variable of container.env ?? []) {
   let value = variable.value
   const ref = variable.valueFrom?.secretKeyRef
-  if (variable.valueFrom !== undefined && ref === undefined) { fail(`env ${variable.name}: only value and secretKeyRef are translated`) }
+  if (variable.valueFrom !== undefined && ref === undefined) {
+    fail(`env ${variable.name}: only value and secretKeyRef are translated`)
+  }
   if (ref !== undefined) {
     const secret = secrets.get(ref.name)
     const stored =
@@ -128,7 +136,9 @@ for (const variable of container.env ?? []) {
       (secret?.data?.[ref.key] === undefined
         ? undefined
         : Buffer.from(secret.data[ref.key] as string, 'base64').toString('utf8'))
-    if (stored === undefined && ref.optional !== true) { fail(`env ${variable.name}: Secret ${ref.name} has no ${ref.key}, and the reference is not optional`) }
+    if (stored === undefined && ref.optional !== true) {
+      fail(`env ${variable.name}: Secret ${ref.name} has no ${ref.key}, and the reference is not optional`)
+    }
     value = stored
   }
   if (value === undefined) continue

@@ -25,6 +25,8 @@ if (sep < 0 || !base || !key || killCmd.length === 0) {
   process.exit(2)
 }
 const target = new URL(base)
+/** How soon after SIGTERM readiness must answer 503. */
+const READY_503_WITHIN_MS = 1000
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 1 })
 
@@ -145,7 +147,10 @@ result.idleKeepAliveClosedAfterMs = idleState.closedAt === null ? null : idleSta
 idle.destroy()
 keepAlive.destroy()
 
-if (result.readyTurned503AfterMs === null || result.readyTurned503AfterMs - result.killCommandMs > 1000) { result.failures.push('ready did not turn 503 within 1 s of SIGTERM') }
+const ready503 = result.readyTurned503AfterMs
+if (ready503 === null || ready503 - result.killCommandMs > READY_503_WITHIN_MS) {
+  result.failures.push('ready did not turn 503 within 1 s of SIGTERM')
+}
 if (result.drainApiWithoutConnectionClose > 0) result.failures.push('responses after SIGTERM without Connection: close')
 if (result.listenerClosedAfterMs === null) result.failures.push('listener still open after 60 s')
 if (result.idleKeepAliveClosedAfterMs === null) result.failures.push('idle keep-alive socket left open by the server')
