@@ -84,7 +84,9 @@ t.test('Accept-Encoding is read by q-value (RFC 9110 12.5.3)', async t => {
     ['gzip;q=abc, br;q=0.1', 'br'],
     ['gzip ; q=0.5', 'gzip']
   ]
-  for (const [header, coding] of cases) { t.equal(negotiateEncoding(header), coding, `${String(header)} -> ${String(coding)}`) }
+  for (const [header, coding] of cases) {
+    t.equal(negotiateEncoding(header), coding, `${String(header)} -> ${String(coding)}`)
+  }
 })
 
 t.test('a list under 1 KiB is sent as it is, with Vary', async t => {

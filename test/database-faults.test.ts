@@ -78,7 +78,9 @@ function badOutcome (o: Outcome): string | undefined {
     Object.keys(body).sort().join() !== ERROR_KEYS.join() ||
     body.code !== 'SERVICE_UNAVAILABLE' ||
     body.status !== 503
-  ) { return `503 with a wrong body: ${o.body}` }
+  ) {
+    return `503 with a wrong body: ${o.body}`
+  }
   if (o.retryAfter === null || !/^\d+$/.test(o.retryAfter)) return '503 without Retry-After'
   return undefined
 }

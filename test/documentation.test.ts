@@ -231,7 +231,9 @@ t.test(
       'every row is a variable the service reads or documents'
     )
     for (const [name, value] of service) {
-      if (value !== undefined) { t.match(named.get(name), `\`${value}\``, `${name}: the default of src/config.ts, ${value}`) }
+      if (value !== undefined) {
+        t.match(named.get(name), `\`${value}\``, `${name}: the default of src/config.ts, ${value}`)
+      }
     }
   }
 )
@@ -271,7 +273,9 @@ t.test('the chart sets every variable from a value of its own, or the test says 
     'no reason for a variable that is gone'
   )
   const dockerfile = await readFile('Dockerfile', 'utf8')
-  for (const name of setByImage) { t.match(dockerfile, new RegExp(`^\\s*(ENV )?${name}=\\S`, 'm'), `the image sets ${name}`) }
+  for (const name of setByImage) {
+    t.match(dockerfile, new RegExp(`^\\s*(ENV )?${name}=\\S`, 'm'), `the image sets ${name}`)
+  }
 })
 
 t.test('every npm run command the documents show is a script of package.json', async t => {

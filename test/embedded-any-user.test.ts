@@ -29,7 +29,9 @@ async function privateCheckout (owner?: { uid: number; gid: number }): Promise<s
   })
   const app = path.join(outer, 'app')
   await mkdir(app)
-  for (const entry of ['src', 'packages', 'migrations', 'package.json', 'tsconfig.json']) { await cp(path.join(repo, entry), path.join(app, entry), { recursive: true }) }
+  for (const entry of ['src', 'packages', 'migrations', 'package.json', 'tsconfig.json']) {
+    await cp(path.join(repo, entry), path.join(app, entry), { recursive: true })
+  }
   const sameFileSystem = (await stat(repo)).dev === (await stat(outer)).dev
   execFileSync('cp', [sameFileSystem ? '-al' : '-a', path.join(repo, 'node_modules'), path.join(app, 'node_modules')])
   if (owner !== undefined) {

@@ -98,7 +98,9 @@ async function initdbsUnder (dir: string): Promise<number[]> {
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue
     const args = (await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '')).split('\0')
-    if (path.basename(args[0] ?? '') === 'initdb' && args.some(a => a.startsWith(`--pgdata=${dir}/`))) { pids.push(Number(entry)) }
+    if (path.basename(args[0] ?? '') === 'initdb' && args.some(a => a.startsWith(`--pgdata=${dir}/`))) {
+      pids.push(Number(entry))
+    }
   }
   return pids
 }
@@ -165,7 +167,11 @@ t.test("an initdb left running by a SIGKILLed start cannot spoil the next start'
     // Once the orphan is gone, a start clears what it left beside the cluster.
     for (let i = 0; i < 600 && orphans.some(isAlive); i++) await sleep(50)
     const third = await startServer(t, { DATA_DIR: dir })
-    t.same((await categoriesRequest(third, key)).body, [{ id: 1, name: 'kept' }], `round ${round}: the cluster is intact`)
+    t.same(
+      (await categoriesRequest(third, key)).body,
+      [{ id: 1, name: 'kept' }],
+      `round ${round}: the cluster is intact`
+    )
     t.same(
       (await readdir(dir)).filter(name => name.startsWith('postgres.initdb')),
       [],

@@ -63,7 +63,9 @@ t.test('a failed batch fails every request in it with an Error body, and leaves 
   const reads = async (source: string): Promise<number> => await metric(app, 'categories_list_reads_total', { source })
   const deadline = Date.now() + 10000
   const cacheReads = await reads('cache')
-  while ((await reads('cache')) === cacheReads && Date.now() < deadline) { await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH }) }
+  while ((await reads('cache')) === cacheReads && Date.now() < deadline) {
+    await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
+  }
   t.ok((await reads('cache')) > cacheReads, 'the list is served from the cache')
   await locker.query('BEGIN')
   await locker.query('LOCK TABLE categories IN ACCESS EXCLUSIVE MODE')

@@ -315,7 +315,9 @@ t.test('the security context is what test:container runs the image with', async 
       for (const flag of hardened) {
         if (flag === '--read-only') t.equal(sc.readOnlyRootFilesystem, true, `${container.name}: ${flag}`)
         else if (flag === '--cap-drop=ALL') t.same(sc.capabilities, { drop: ['ALL'] }, `${container.name}: ${flag}`)
-        else if (flag === '--security-opt=no-new-privileges') { t.equal(sc.allowPrivilegeEscalation, false, `${container.name}: ${flag}`) } else t.fail(`no Kubernetes setting is checked for test:container's ${flag}`)
+        else if (flag === '--security-opt=no-new-privileges') {
+          t.equal(sc.allowPrivilegeEscalation, false, `${container.name}: ${flag}`)
+        } else t.fail(`no Kubernetes setting is checked for test:container's ${flag}`)
       }
       t.equal(sc.privileged, false)
       for (const level of [pod.securityContext, sc]) {
@@ -356,7 +358,9 @@ t.test("the migration Job is a pre-install/pre-upgrade hook running the compose 
       "runs before the release's pods, on install and on upgrade"
     )
     const env = envOf(pod.containers[0])
-    for (const name of ['DATABASE_URL', 'DATABASE_DIRECT_URL', 'API_KEYS', 'API_KEY_SHA256']) { t.ok(env.has(name), `the Job gets ${name}`) }
+    for (const name of ['DATABASE_URL', 'DATABASE_DIRECT_URL', 'API_KEYS', 'API_KEY_SHA256']) {
+      t.ok(env.has(name), `the Job gets ${name}`)
+    }
     // Hooks run before the release's own objects exist: the Secret the Job reads must be a hook too, created first.
     const secretName = env.get('DATABASE_URL')?.valueFrom?.secretKeyRef.name
     const hookSecret = find(objects, 'Secret', secretName)
@@ -415,7 +419,9 @@ t.test('the Secret carries exactly what is set, and the process accepts the rend
   const variables = readFileSync('src/config.ts', 'utf8')
   const documented = readFileSync('README.md', 'utf8').split('\n## Configuration\n')[1]?.split('\n## ')[0] ?? ''
   for (const name of Object.keys(env)) {
-    if (name.startsWith('OTEL_')) { t.match(documented, `\`${name}\``, `${name} is a tracing variable of the README's configuration table`) } else t.match(variables, new RegExp(`^  ${name}: Type\\.`, 'm'), `${name} is a variable the service reads`)
+    if (name.startsWith('OTEL_')) {
+      t.match(documented, `\`${name}\``, `${name} is a tracing variable of the README's configuration table`)
+    } else t.match(variables, new RegExp(`^  ${name}: Type\\.`, 'm'), `${name} is a variable the service reads`)
   }
   const checksum = find(everything, 'Deployment').spec.template.metadata.annotations['checksum/secret']
   const changed = find(await render([allOptions], ['secret.apiKeys=rotated-key-0123456789']), 'Deployment').spec
@@ -446,7 +452,9 @@ t.test("CORS and tracing values become the service's variables, and tracing keep
       (api(objects).env as EnvVar[]).filter(e => e.value !== undefined).map(e => [e.name, e.value as string])
     )
   const set = plain(everything)
-  for (const [key, name] of Object.entries(variable)) { t.equal(set[name], values.tracing[key], `tracing.${key} is ${name}`) }
+  for (const [key, name] of Object.entries(variable)) {
+    t.equal(set[name], values.tracing[key], `tracing.${key} is ${name}`)
+  }
   t.equal(set.CORS_ORIGINS, values.config.corsOrigins, 'config.corsOrigins is CORS_ORIGINS')
   const config = {
     NODE_ENV: 'production',

@@ -154,7 +154,9 @@ t.test('two identical requests racing on two instances create one row', async t 
     const pair = [answers[2 * i], answers[2 * i + 1]]
     const fresh = pair.filter(r => r?.statusCode === 201 && r.headers['idempotent-replayed'] === undefined)
     t.equal(fresh.length, 1, `key ${i}: exactly one fresh 201`)
-    for (const r of pair) { if (r?.statusCode === 201) t.equal(r.json().id, fresh[0]?.json().id, 'a replay carries the same id') }
+    for (const r of pair) {
+      if (r?.statusCode === 201) t.equal(r.json().id, fresh[0]?.json().id, 'a replay carries the same id')
+    }
   }
 })
 

@@ -312,7 +312,9 @@ t.test('rows that commit out of id order are listed in id order on every instanc
     })
   }
   await early.query('COMMIT')
-  for (const app of [a, b]) { await until('both list the early id', async () => (await list(app)).some(c => c.id === earlyId)) }
+  for (const app of [a, b]) {
+    await until('both list the early id', async () => (await list(app)).some(c => c.id === earlyId))
+  }
   const expected = await expectedBody()
   const answers = await Promise.all(
     [a, b].map(async app => await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH }))
@@ -544,7 +546,9 @@ t.test(
       expected.forEach((pattern, i) => {
         t.match(warnings[i]?.msg, pattern)
       })
-      if (label === 'deaf') { t.equal(warnings[1]?.retryInMs, 400, 'after three deaf connections the feed waits deafRetryMs between tries') }
+      if (label === 'deaf') {
+        t.equal(warnings[1]?.retryInMs, 400, 'after three deaf connections the feed waits deafRetryMs between tries')
+      }
       t.equal(
         await metric(registry, 'change_feed_connection_info', { connection: 'DATABASE_URL' }),
         1,

@@ -165,8 +165,10 @@ t.test('a backend terminated during a long list read (the COPY path): 503, then 
   // The outage above dropped the change feed; deaf, an instance reads lists without COPY. Once it hears again (its
   // backoff may have grown to seconds), an insert too large to announce its ids ('*') drops the list everywhere, so
   // the next read builds the whole list through COPY.
-  await until('the change feed listening again', async () =>
-    (await metric(app, 'change_feed_listening')) === 1 ? true : undefined, FEED_BACKOFF_BUDGET_MS
+  await until(
+    'the change feed listening again',
+    async () => ((await metric(app, 'change_feed_listening')) === 1 ? true : undefined),
+    FEED_BACKOFF_BUDGET_MS
   )
   await admin.query('INSERT INTO categories (name) SELECT $1 || i FROM generate_series(1, $2::int) AS i', [
     'bulk ',

@@ -210,7 +210,9 @@ t.test('feed: channels are subscribed before it starts, once each, with plain na
   })
   feed.subscribe('widgets_changed', ignored)
   t.throws(() => feed.subscribe('widgets_changed', ignored), /already has a subscriber/)
-  for (const name of ['Widgets', 'widgets; DROP TABLE x', PROBE_CHANNEL, '']) { t.throws(() => feed.subscribe(name, ignored), /not a channel name/, JSON.stringify(name)) }
+  for (const name of ['Widgets', 'widgets; DROP TABLE x', PROBE_CHANNEL, '']) {
+    t.throws(() => feed.subscribe(name, ignored), /not a channel name/, JSON.stringify(name))
+  }
   feed.start()
   t.teardown(async () => {
     await feed.close()

@@ -39,7 +39,9 @@ t.test(
       t.match(server.url, /^\{base_url\}\/v1$/)
       t.match(server.variables.base_url.default, /^https:\/\//)
     }
-    for (const path of ['/categories', '/categories/{id}', '/pets/{petId}', '/store/orders']) { t.ok(doc.paths[path], path) }
+    for (const path of ['/categories', '/categories/{id}', '/pets/{petId}', '/store/orders']) {
+      t.ok(doc.paths[path], path)
+    }
   }
 )
 
@@ -81,7 +83,9 @@ t.test('operation ids, stability and deprecation', async t => {
   )
   t.equal(doc.paths['/pets/{petId}'].get.deprecated, true)
   t.notOk(doc.paths['/categories'].get.deprecated)
-  for (const path of ['/pets/{petId}', '/store/orders']) { t.ok(doc.paths[path].get.responses['501'], `${path} documents 501`) }
+  for (const path of ['/pets/{petId}', '/store/orders']) {
+    t.ok(doc.paths[path].get.responses['501'], `${path} documents 501`)
+  }
   for (const [path, method, op] of operations.filter(([, , op]) => op.responses['501'] !== undefined)) {
     t.match(
       op.description,
@@ -106,7 +110,9 @@ t.test('every documented error status uses the Error schema; schemas come from t
         )
       }
     }
-    for (const [status, response] of Object.entries(op.responses)) { t.not(response.description, 'Default Response', `${method} ${path} ${status} has a description of its own`) }
+    for (const [status, response] of Object.entries(op.responses)) {
+      t.not(response.description, 'Default Response', `${method} ${path} ${status} has a description of its own`)
+    }
     t.ok(op.responses['401'], `${method} ${path} documents 401`)
   }
   t.same(doc.components.schemas.Error.required, ['code', 'message', 'status'])

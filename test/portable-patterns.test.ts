@@ -50,7 +50,9 @@ function portabilityProblems (pattern: string): string[] {
   const escape = (i: number): number => {
     const next = pattern[i + 1]
     if (next === undefined) problems.push(`a trailing backslash at ${i}`)
-    else if (!SINGLE_CHAR_ESCAPES.has(next)) { problems.push(`the regex escape \\${next} at ${i} (write the character itself, as a JSON escape if need be)`) }
+    else if (!SINGLE_CHAR_ESCAPES.has(next)) {
+      problems.push(`the regex escape \\${next} at ${i} (write the character itself, as a JSON escape if need be)`)
+    }
     return i + 2
   }
   let i = 0
@@ -72,7 +74,9 @@ function portabilityProblems (pattern: string): string[] {
       problems.push(`. at ${i} (its meaning differs between engines and modes)`)
       i++
     } else if (c === '(') {
-      if (pattern[i + 1] === '?') { problems.push(`the group (?${pattern[i + 2] ?? ''} at ${i} (look-around, named or flag groups)`) }
+      if (pattern[i + 1] === '?') {
+        problems.push(`the group (?${pattern[i + 2] ?? ''} at ${i} (look-around, named or flag groups)`)
+      }
       i++
     } else if (c === '[') {
       let j = i + 1
@@ -96,7 +100,9 @@ function portabilityProblems (pattern: string): string[] {
         if (d === '[') problems.push(`[ inside a class at ${j} (nested classes and set operations in Python and Rust)`)
         if (dcode >= 0xd800 && dcode <= 0xdfff) problems.push(`a surrogate (astral character) in a class at ${j}`)
         const pair = pattern.slice(j, j + 2)
-        if (['&&', '--', '~~', '||'].includes(pair)) { problems.push(`${pair} in a class at ${j} (a set operation in Rust, a warning in Python)`) }
+        if (['&&', '--', '~~', '||'].includes(pair)) {
+          problems.push(`${pair} in a class at ${j} (a set operation in Rust, a warning in Python)`)
+        }
         j++
       }
       i = j

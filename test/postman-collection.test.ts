@@ -191,7 +191,9 @@ t.test('variations: no key, a wrong key, a missing member, wrong types, and leng
     for (const [member, schema] of members) {
       // A merge patch's optional members are nullable: ["string", "null"] is not a string but for null.
       const type = [schema.type].flat().find(type => type !== undefined && type !== 'null')
-      if (type !== undefined) { variations.push(`${op.summary}[${pascal(member)}NotA${/^[aeiou]/.test(type) ? 'n' : ''}${pascal(type)}]`) }
+      if (type !== undefined) {
+        variations.push(`${op.summary}[${pascal(member)}NotA${/^[aeiou]/.test(type) ? 'n' : ''}${pascal(type)}]`)
+      }
     }
     if (method !== 'post') continue
     for (const member of body.required ?? []) variations.push(`${op.summary}[Fuzz][required ${member}]`)

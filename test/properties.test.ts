@@ -82,8 +82,12 @@ function problemsWith (method: string, path: string, res: LightMyRequestResponse
     if (contentType !== 'application/json; charset=utf-8') problems.push(`error content-type ${contentType}`)
     const keys = body !== null && typeof body === 'object' ? Object.keys(body).sort().join() : ''
     if (keys !== 'code,message,status') problems.push(`error body members: ${keys}`)
-    if ((body as { status?: unknown }).status !== status) { problems.push(`error status ${String((body as { status?: unknown }).status)} in a ${status}`) }
-    if (errorValidator?.(body) !== true) { problems.push(`error body breaks the Error schema: ${ajv.errorsText(errorValidator?.errors)}`) }
+    if ((body as { status?: unknown }).status !== status) {
+      problems.push(`error status ${String((body as { status?: unknown }).status)} in a ${status}`)
+    }
+    if (errorValidator?.(body) !== true) {
+      problems.push(`error body breaks the Error schema: ${ajv.errorsText(errorValidator?.errors)}`)
+    }
   }
   const route = template(path)
   const operation = route === undefined ? undefined : doc.paths[route]?.[method.toLowerCase()]
@@ -366,7 +370,9 @@ t.test('every accepted body reads back byte-for-byte identical in the list', asy
   // Split the raw list into its objects' raw texts: ids are integers and strings are JSON-escaped, so "},{" only
   // appears between objects.
   const raw = new Map<string, string>()
-  for (const match of res.body.matchAll(/\{"id":(\d+)((?:,"(?:name|description)":"(?:[^"\\]|\\.)*")*)\}/g)) { raw.set(match[1] ?? '', match[0]) }
+  for (const match of res.body.matchAll(/\{"id":(\d+)((?:,"(?:name|description)":"(?:[^"\\]|\\.)*")*)\}/g)) {
+    raw.set(match[1] ?? '', match[0])
+  }
   let checked = 0
   for (const [id, expected] of accepted) {
     const text = raw.get(id)
@@ -374,7 +380,9 @@ t.test('every accepted body reads back byte-for-byte identical in the list', asy
       t.fail(`id ${id} is missing from the list`)
       continue
     }
-    if (rawMember(text, 'name') !== expected.rawName || rawMember(text, 'description') !== expected.rawDescription) { t.fail(`id ${id} differs: ${text}`) } else checked++
+    if (rawMember(text, 'name') !== expected.rawName || rawMember(text, 'description') !== expected.rawDescription) {
+      t.fail(`id ${id} differs: ${text}`)
+    } else checked++
   }
   t.equal(checked, accepted.size, `${checked} accepted categories read back identical in the list`)
   t.ok(checked > 50, 'a meaningful number of bodies was accepted')

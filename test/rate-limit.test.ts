@@ -104,7 +104,9 @@ t.test('TRUST_PROXY: the client address comes from X-Forwarded-For', async t => 
     RATE_LIMIT_WINDOW_MS: '120000'
   })
   const via = (client: string): Record<string, string> => ({ ...BAD, 'x-forwarded-for': client })
-  for (let i = 0; i < 3; i++) { t.equal((await app.inject({ method: 'GET', url: '/v1/categories', headers: via('192.0.2.1') })).statusCode, 401) }
+  for (let i = 0; i < 3; i++) {
+    t.equal((await app.inject({ method: 'GET', url: '/v1/categories', headers: via('192.0.2.1') })).statusCode, 401)
+  }
   const refused = await app.inject({ method: 'GET', url: '/v1/categories', headers: via('192.0.2.1') })
   assertRateLimited(t, refused, 'auth-failures')
   t.match(refused.headers['ratelimit-policy'], /^"auth-failures";q=3;w=120$/)
@@ -196,7 +198,9 @@ t.test(
       200,
       'a valid key is served'
     )
-    for (let i = 0; i < 3; i++) { t.equal((await app.inject({ method: 'GET', url: '/v1/categories', headers: BAD, ...from })).statusCode, 401) }
+    for (let i = 0; i < 3; i++) {
+      t.equal((await app.inject({ method: 'GET', url: '/v1/categories', headers: BAD, ...from })).statusCode, 401)
+    }
     assertRateLimited(
       t,
       await app.inject({ method: 'GET', url: '/v1/categories', headers: BAD, ...from }),

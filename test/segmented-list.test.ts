@@ -93,9 +93,13 @@ t.test('any sequence of puts and removes gives the bytes, tag, pages and members
         const sorted = ids.sort((a, b) => (a < b ? -1 : 1))
         const after = sorted.length === 0 ? 0n : (sorted[pick % sorted.length] as bigint)
         const page = list.page(after, limit)
-        if (page.body.toString() !== expected(model, after, limit)) throw new Error(`page after ${after}: ${page.body.toString()}`)
+        if (page.body.toString() !== expected(model, after, limit)) {
+          throw new Error(`page after ${after}: ${page.body.toString()}`)
+        }
         const rest = sorted.filter(next => next > after)
-        if (page.more !== (rest.length > limit)) throw new Error(`more is ${page.more} with ${rest.length} rows after ${after}`)
+        if (page.more !== (rest.length > limit)) {
+          throw new Error(`more is ${page.more} with ${rest.length} rows after ${after}`)
+        }
         if (page.lastId !== rest.slice(0, limit).at(-1)) throw new Error(`last id ${page.lastId}`)
       }
     ),

@@ -31,7 +31,9 @@ t.teardown(async () => {
   await oldServer.stop()
 })
 await mkdir(path.join(dir, 'new'))
-for (const secret of ['postgres-password', 'petstore-password']) { await copyFile(path.join(dir, 'old', secret), path.join(dir, 'new', secret)) }
+for (const secret of ['postgres-password', 'petstore-password']) {
+  await copyFile(path.join(dir, 'old', secret), path.join(dir, 'new', secret))
+}
 const newServer = await startEmbeddedPostgres({ dir: path.join(dir, 'new') })
 t.teardown(async () => {
   await newServer.stop()
@@ -103,7 +105,9 @@ t.test('after the address moves, the first connection to the new server closes t
     i < 200 &&
     ((await sessions(oldAdmin, LISTENER_APPLICATION_NAME)) > 0 || (await metric(app, 'change_feed_listening')) !== 1);
     i++
-  ) { await sleep(20) }
+  ) {
+    await sleep(20)
+  }
   t.equal(
     await sessions(oldAdmin, 'petstore%'),
     0,

@@ -139,10 +139,14 @@ t.test("the embedded PostgreSQL's refusals are the same one line", async t => {
 
 t.test('no DATABASE_URL where the embedded PostgreSQL is not installed (the image): one line, as before', async t => {
   const checkout = await mkdtemp(path.join(dir, 'checkout-'))
-  for (const entry of ['src', 'package.json', 'tsconfig.json']) { await cp(entry, path.join(checkout, entry), { recursive: true }) }
+  for (const entry of ['src', 'package.json', 'tsconfig.json']) {
+    await cp(entry, path.join(checkout, entry), { recursive: true })
+  }
   await mkdir(path.join(checkout, 'node_modules'))
   for (const entry of await readdir('node_modules')) {
-    if (entry !== '@petstore') { await symlink(path.resolve('node_modules', entry), path.join(checkout, 'node_modules', entry)) }
+    if (entry !== '@petstore') {
+      await symlink(path.resolve('node_modules', entry), path.join(checkout, 'node_modules', entry))
+    }
   }
   t.equal(
     await failedStart(t, { DATA_DIR: path.join(checkout, 'data') }, checkout),

@@ -164,7 +164,9 @@ t.test('http/protobuf: the same, and the last spans are flushed on SIGTERM', asy
   const body = Buffer.concat(traces.map(e => e.body))
   // In protobuf the trace id is its 16 bytes, and names and attribute values are plain UTF-8.
   t.ok(body.includes(Buffer.from(traceId, 'hex')), "spans of the caller's trace")
-  for (const text of ['POST /v1/categories', 'pg.query:', 'INSERT INTO categories', 'petstore-protobuf']) { t.ok(body.includes(text), `contains ${text}`) }
+  for (const text of ['POST /v1/categories', 'pg.query:', 'INSERT INTO categories', 'petstore-protobuf']) {
+    t.ok(body.includes(text), `contains ${text}`)
+  }
   t.notOk(body.includes(TEST_KEY), 'not the key')
   t.ok(logLineOf(server, traceId), "the request's log line carries the trace_id")
 })

@@ -71,7 +71,9 @@ t.test('a request is traced whole or not at all, by one decision; unsampled ones
     traces.size,
     'a trace id in the log line of each sampled request, none in the others'
   )
-  for (const line of lines) { if (line.trace_id !== undefined) t.ok(traces.has(String(line.trace_id)), 'of a sampled trace') }
+  for (const line of lines) {
+    if (line.trace_id !== undefined) t.ok(traces.has(String(line.trace_id)), 'of a sampled trace')
+  }
 })
 
 t.test('an incoming traceparent decides: sampled is traced, unsampled is not, whatever the ratio', async t => {

@@ -217,8 +217,12 @@ t.test("every integer of a successful response is int64, so the client's bigints
       return
     }
     if (schema.type === 'integer') integers.push(`${where}: ${String(schema.format)}`)
-    for (const [name, child] of Object.entries((schema.properties ?? {}) as Record<string, Record<string, unknown>>)) { visit(child, `${where}.${name}`) }
-    if (typeof schema.items === 'object' && schema.items !== null) { visit(schema.items as Record<string, unknown>, `${where}[]`) }
+    for (const [name, child] of Object.entries((schema.properties ?? {}) as Record<string, Record<string, unknown>>)) {
+      visit(child, `${where}.${name}`)
+    }
+    if (typeof schema.items === 'object' && schema.items !== null) {
+      visit(schema.items as Record<string, unknown>, `${where}[]`)
+    }
   }
   for (const [p, item] of Object.entries(
     doc.paths as Record<
@@ -228,7 +232,9 @@ t.test("every integer of a successful response is int64, so the client's bigints
   )) {
     for (const [method, operation] of Object.entries(item)) {
       for (const [status, response] of Object.entries(operation.responses)) {
-        if (status.startsWith('2') && response.content !== undefined) { visit(response.content['application/json']?.schema ?? {}, `${method} ${p} ${status}`) }
+        if (status.startsWith('2') && response.content !== undefined) {
+          visit(response.content['application/json']?.schema ?? {}, `${method} ${p} ${status}`)
+        }
       }
     }
   }

@@ -41,7 +41,9 @@ const allowedOrigin = `http://127.0.0.1:${pagePort}`
 const otherOrigin = `http://localhost:${pagePort}`
 
 const env: Record<string, string> = { API_KEYS: KEY, DATA_DIR: data, CORS_ORIGINS: allowedOrigin }
-if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') { env.DATABASE_URL = process.env.DATABASE_URL }
+if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') {
+  env.DATABASE_URL = process.env.DATABASE_URL
+}
 const server = await startServer(t, env)
 const api = `http://127.0.0.1:${server.port}`
 

@@ -41,7 +41,9 @@ await mkdir(SCREENSHOTS, { recursive: true })
 
 // The service on every address; it believes X-Forwarded-Proto only from the proxy below (loopback).
 const env: Record<string, string> = { HOST: '0.0.0.0', API_KEYS: KEY, TRUST_PROXY: '127.0.0.1', DATA_DIR: data }
-if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') { env.DATABASE_URL = process.env.DATABASE_URL }
+if (process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '') {
+  env.DATABASE_URL = process.env.DATABASE_URL
+}
 const server = await startServer(t, env)
 
 /** A TLS-terminating proxy on the LAN address, as a load balancer would be: https in, http to the service. */
@@ -106,7 +108,9 @@ async function tryListCategories (t: Test, base: string, name: string): Promise<
     problems.push(`request failed: ${request.url()} (${request.failure()?.errorText ?? ''})`)
   })
   page.on('console', message => {
-    if (/Content Security Policy|Refused to|Failed to fetch/i.test(message.text())) { problems.push(`console: ${message.text()}`) }
+    if (/Content Security Policy|Refused to|Failed to fetch/i.test(message.text())) {
+      problems.push(`console: ${message.text()}`)
+    }
   })
   try {
     await page.goto(`${base}/docs`)

@@ -47,7 +47,9 @@ export async function decideSource (
   }
   const ignored = databaseUrl !== '' ? ' (DATABASE_URL is ignored)' : ''
   if (requested === 'embedded') return { source: 'embedded', reason: `TEST_DATABASE=embedded${ignored}` }
-  if (requested === '' && databaseUrl !== '') { return { source: 'DATABASE_URL', reason: 'DATABASE_URL is set', target: databaseUrl } }
+  if (requested === '' && databaseUrl !== '') {
+    return { source: 'DATABASE_URL', reason: 'DATABASE_URL is set', target: databaseUrl }
+  }
   const probe = await runtime()
   if (requested === 'testcontainers') {
     if (!probe.answers) {
@@ -103,7 +105,9 @@ export interface PostgresServer {
 }
 
 export async function startPostgresServer (choice: SourceChoice): Promise<PostgresServer> {
-  if (choice.source === 'DATABASE_URL') { return { url: choice.target ?? '', source: 'DATABASE_URL', stop: async () => {} } }
+  if (choice.source === 'DATABASE_URL') {
+    return { url: choice.target ?? '', source: 'DATABASE_URL', stop: async () => {} }
+  }
   if (choice.source === 'testcontainers') return await startPostgresContainer(choice.target ?? DEFAULT_POSTGRES_IMAGE)
   const dir = await mkdtemp(path.join(tmpdir(), 'petstore-test-pg-'))
   const server = await startEmbeddedPostgres({ dir }).catch(async (err: unknown) => {

@@ -24,7 +24,9 @@ async function instances (
   env: Record<string, string> = {}
 ): Promise<Instance[]> {
   const apps = []
-  for (let i = 0; i < count; i++) { apps.push(await testApp(t, db.url, { REDIS_URL: redis.url, LOG_LEVEL: 'info', ...env })) }
+  for (let i = 0; i < count; i++) {
+    apps.push(await testApp(t, db.url, { REDIS_URL: redis.url, LOG_LEVEL: 'info', ...env }))
+  }
   return apps
 }
 

@@ -75,7 +75,9 @@ t.test(
     })
     const result = await load.stop()
     // The test's own writes are not the load's.
-    for (const name of ['taken early', ...Array.from({ length: 50 }, (_, i) => `batch ${i + 1}`)]) { result.sentNames.add(name) }
+    for (const name of ['taken early', ...Array.from({ length: 50 }, (_, i) => `batch ${i + 1}`)]) {
+      result.sentNames.add(name)
+    }
     await auditLoad(t, result, { databaseUrl, instances, before, stopInstances: false })
 
     const { rows } = await withClient(

@@ -132,7 +132,9 @@ export class DebianCluster {
   async createStandby (t: Teardown, role: string): Promise<DebianCluster> {
     const standby = await DebianCluster.make(t, this.version, role)
     // Replace the fresh data directory's content (the directory itself stays: its parent belongs to root).
-    for (const entry of readdirSync(standby.dataDir)) { await rm(`${standby.dataDir}/${entry}`, { recursive: true, force: true }) }
+    for (const entry of readdirSync(standby.dataDir)) {
+      await rm(`${standby.dataDir}/${entry}`, { recursive: true, force: true })
+    }
     await command('runuser', [
       '-u',
       'postgres',

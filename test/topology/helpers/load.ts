@@ -167,7 +167,9 @@ export function startLoad (t: Teardown, options: LoadOptions): Load {
         typeof body.message === 'string' &&
         Object.keys(body).length === 3 &&
         /^\d+$/.test(answer.retryAfter ?? '')
-      ) { return true }
+      ) {
+        return true
+      }
     } catch {}
     problems.push(`${op} answered ${answer.status} without the Error body or Retry-After: ${answer.body.slice(0, 200)}`)
     return false
@@ -234,7 +236,9 @@ export function startLoad (t: Teardown, options: LoadOptions): Load {
       const answer = await exchange('list', { headers: {} })
       if (answer?.status === 200) {
         const ids = (JSON.parse(answer.body) as Array<{ id: number }>).map(c => c.id)
-        if (ids.some((id, i) => i > 0 && id <= (ids[i - 1] as number))) { problems.push('a list was not in ascending id order') }
+        if (ids.some((id, i) => i > 0 && id <= (ids[i - 1] as number))) {
+          problems.push('a list was not in ascending id order')
+        }
         const listed = new Set(ids)
         for (const [at, id] of ackTimes) {
           if (at > startedAt - consistencyMs) break
@@ -342,7 +346,9 @@ export async function auditLoad (t: Test, result: LoadResult, options: AuditOpti
   t.same(result.unansweredKeys.slice(0, 10), [], 'every Idempotency-Key got its 201 (none stuck)')
   const allowedBefore = options.staleListsAllowedBefore ?? -Infinity
   const stale = result.staleListTimes.filter(at => at >= allowedBefore)
-  if (stale.length < result.staleListTimes.length) { t.comment(`${result.staleListTimes.length - stale.length} stale lists in the allowed window`) }
+  if (stale.length < result.staleListTimes.length) {
+    t.comment(`${result.staleListTimes.length - stale.length} stale lists in the allowed window`)
+  }
   t.equal(stale.length, 0, 'no list missed a create acknowledged 100 ms or more before it was asked for')
 
   const rows = await tableRows(options.databaseUrl)
@@ -375,7 +381,9 @@ export async function auditLoad (t: Test, result: LoadResult, options: AuditOpti
         : res.body
     t.ok(listed === table, `${instance.name}'s list equals the table (${rows.length} rows)`)
   }
-  if (options.stopInstances !== false) { for (const stopped of await instances.stop()) t.equal(stopped.code, 0, `${stopped.name} stopped cleanly on SIGTERM`) }
+  if (options.stopInstances !== false) {
+    for (const stopped of await instances.stop()) t.equal(stopped.code, 0, `${stopped.name} stopped cleanly on SIGTERM`)
+  }
 
   const answers: Record<string, number> = {}
   for (const e of result.exchanges) answers[`${e.op} ${e.status}`] = (answers[`${e.op} ${e.status}`] ?? 0) + 1
