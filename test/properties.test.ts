@@ -382,7 +382,9 @@ t.test('every accepted body reads back byte-for-byte identical in the list', asy
     }
     if (rawMember(text, 'name') !== expected.rawName || rawMember(text, 'description') !== expected.rawDescription) {
       t.fail(`id ${id} differs: ${text}`)
-    } else checked++
+    } else {
+      checked++
+    }
   }
   t.equal(checked, accepted.size, `${checked} accepted categories read back identical in the list`)
   t.ok(checked > 50, 'a meaningful number of bodies was accepted')
