@@ -5,6 +5,7 @@ import { promisify } from 'node:util'
 import t, { type Test } from 'tap'
 import { parse } from 'yaml'
 import { TEST_KEY, listeningApp } from './helpers/app.js'
+import { BUILD_SOURCES } from './helpers/built-checkout.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
 import { EnvSchema } from '../src/config.js'
@@ -48,7 +49,7 @@ async function freshCheckout (t: Test): Promise<string> {
     await rm(copy, { recursive: true, force: true })
   })
   const unbuilt = (source: string): boolean => !['dist', 'node_modules'].includes(path.basename(source))
-  for (const entry of ['src', 'clients', 'packages', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) {
+  for (const entry of BUILD_SOURCES) {
     await cp(path.join(repo, entry), path.join(copy, entry), { recursive: true, filter: unbuilt })
   }
   const modules = path.join(repo, 'node_modules')

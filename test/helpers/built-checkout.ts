@@ -13,8 +13,8 @@ import { promisify } from 'node:util'
 export const BUILT_CHECKOUT_VARIABLE = 'TEST_BUILT_CHECKOUT'
 
 const REPO = process.cwd()
-/** What a build reads; node_modules and migrations are linked, not copied. */
-const COPIED = ['src', 'clients', 'packages', 'package.json', 'tsconfig.json', 'tsconfig.build.json']
+/** What a build reads (a copy of the checkout holds these); node_modules and migrations are linked, not copied. */
+export const BUILD_SOURCES = ['src', 'clients', 'packages', 'package.json', 'tsconfig.json', 'tsconfig.build.json']
 const LINKED = ['node_modules', 'migrations']
 
 const run = promisify(execFile)
@@ -23,7 +23,7 @@ const run = promisify(execFile)
 export async function buildCheckout (): Promise<string> {
   await mkdir(path.join(REPO, '.cache'), { recursive: true })
   const copy = await mkdtemp(path.join(REPO, '.cache', 'built-'))
-  for (const entry of COPIED) await cp(path.join(REPO, entry), path.join(copy, entry), { recursive: true })
+  for (const entry of BUILD_SOURCES) await cp(path.join(REPO, entry), path.join(copy, entry), { recursive: true })
   for (const entry of LINKED) await symlink(path.join(REPO, entry), path.join(copy, entry))
   await run('npm', ['run', 'build', '--silent'], { cwd: copy })
   return copy

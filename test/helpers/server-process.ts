@@ -27,8 +27,7 @@ export interface ServerProcess {
 }
 
 export interface SpawnOptions {
-  /** Working directory (a checkout): there the service runs from its sources through tsx; by default the run's build.
-   * */
+  /** A checkout to run the service in, from its sources through tsx; by default the run's build. */
   cwd?: string
   /** Wait for "Server listening" before returning (default true). */
   listening?: boolean
