@@ -97,26 +97,3 @@ t.test('a description of 2000 code points (astral) is accepted', async t => {
   t.equal(res.statusCode, 201)
   t.equal(res.json().description, description)
 })
-
-t.test('getCategory: 404 for a missing id, 400 for a malformed one', async t => {
-  const missing = await app.inject({ method: 'GET', url: '/v1/categories/9223372036854775807', headers: AUTH })
-  t.equal(missing.statusCode, 404)
-  t.same(missing.json(), { code: 'NOT_FOUND', message: 'no category with id 9223372036854775807', status: 404 })
-  for (const id of [
-    '0',
-    '-1',
-    '1.5',
-    'abc',
-    '9223372036854775808',
-    '99999999999999999999',
-    '01',
-    '%201',
-    '1e3',
-    '+1'
-  ]) {
-    const res = await app.inject({ method: 'GET', url: `/v1/categories/${id}`, headers: AUTH })
-    t.equal(res.statusCode, 400, id)
-    t.equal(res.json().code, 'VALIDATION_FAILED', id)
-    t.match(res.json().message, /'id'/, id)
-  }
-})
