@@ -140,6 +140,7 @@ t.test('header size: 431 Error body over MAX_HEADER_BYTES (16 KiB by default)', 
     `GET /health/live HTTP/1.1\r\nHost: localhost\r\nX-Filler: ${'a'.repeat(20000)}\r\n\r\n`
   ])
   t.equal(res.status, 431)
+  t.match(res.text, /\r\nContent-Type: application\/json; charset=utf-8\r\n/i, 'the media type of an Error body')
   t.same(errorBodyOf(res.text), { code: 'HEADERS_TOO_LARGE', message: 'request headers are too large', status: 431 })
   t.ok(res.closed, 'the connection is closed')
   const fits = await raw(port, [
