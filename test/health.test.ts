@@ -50,13 +50,6 @@ t.test('ready is 503 from the moment shutdown begins; responses then say Connect
   )
 })
 
-t.test('two instances migrating the same fresh database at once both start (advisory lock waits)', async t => {
-  const shared = await db.createDatabase()
-  const [a, b] = await Promise.all([testApp(t, shared), testApp(t, shared)])
-  t.equal((await a.app.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200)
-  t.equal((await b.app.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200)
-})
-
 t.test(
   'a warm start: ready only once the list is built, live meanwhile; then the first list is the cached one',
   async t => {
