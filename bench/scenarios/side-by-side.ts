@@ -42,6 +42,8 @@ const SCENARIOS: Scenario[] = [
   { id: 'br', title: 'GET, Brotli', ...SMALL, kind: 'get', servers: SERVICE, headers: { 'accept-encoding': 'br' } },
   { id: 'keys', title: 'GET list, 100 rows, a managed key', ...SMALL, kind: 'get', servers: ['service'] },
   { id: 'mixed', title: 'mixed 95% GET / 5% POST', ...SMALL, kind: 'mixed', servers: ALL },
+  // Busy rows: 50 connections on 100 rows, so most updates overlap another of their row.
+  { id: 'patch-hot', title: 'PATCH one of 100 rows', ...SMALL, kind: 'patch', servers: SERVICE },
   { id: 'get10k', title: 'GET list, 10,000 rows', ...LARGE, kind: 'get', servers: ALL },
   { id: 'post', title: 'POST', ...LARGE, kind: 'post', servers: ALL },
   { id: 'patch', title: 'PATCH a random row', ...LARGE, kind: 'patch', servers: SERVICE },

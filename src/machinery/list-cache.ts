@@ -135,6 +135,11 @@ export class ListCache<T extends Row> {
     } catch (err) {
       this.updated(id, watch, undefined)
       throw err
+    } finally {
+      // What is announced from now on is applied after this update's own change: the watch is done. Kept until
+      // that change ran, watches of a busy row would pile up, and every announcement of it would visit them all.
+      watches.delete(watch)
+      if (watches.size === 0) this.watches.delete(id)
     }
     this.updated(id, watch, updated(result))
     return result
@@ -151,11 +156,6 @@ export class ListCache<T extends Row> {
    * read again only if someone else changed it).
    */
   private updated (id: bigint, watch: Watch, written: Versioned<T> | undefined): void {
-    const unwatch = (): void => {
-      const watches = this.watches.get(id)
-      watches?.delete(watch)
-      if (watches?.size === 0) this.watches.delete(id)
-    }
     this.announce(async generation => {
       const others = [...watch.announced].some(version => version !== written?.version)
       if (others) {
@@ -166,7 +166,7 @@ export class ListCache<T extends Row> {
       this.change([written.row], [])
       // Its notification is still to come: it will be known by this version, and not read again.
       if (!watch.announced.has(written.version)) this.ownVersions.set(id, written.version)
-    }, unwatch)
+    })
   }
 
   private notified (payload: string): void {
@@ -175,26 +175,33 @@ export class ListCache<T extends Row> {
       this.invalidate() // '' (a TRUNCATE) or '*' (more ids than a notification holds)
       return
     }
+    const watched = new Set<bigint>()
     if (announced.kind !== 'inserted') {
       const version = announced.version ?? DELETION
-      for (const id of announced.ids) for (const watch of this.watches.get(id) ?? []) watch.announced.add(version)
+      for (const id of announced.ids) {
+        const watches = this.watches.get(id)
+        if (watches === undefined) continue
+        watched.add(id)
+        for (const watch of watches) watch.announced.add(version)
+      }
     }
-    this.announce(async generation => { await this.follow(announced, generation) })
+    this.announce(async generation => { await this.follow(announced, watched, generation) })
   }
 
   /**
    * Brings the announced rows up to date: deleted ones removed, the others read again (gone: removed), but for
-   * the echoes of this instance's own creates and updates, which the list has already.
+   * the echoes of this instance's own creates and updates, which the list has already, and the rows of own updates
+   * that were under way when it was announced (`watched`): each of those reads its row again if it must.
    */
-  private async follow ({ kind, ids, version }: Announced, generation: number): Promise<void> {
+  private async follow ({ kind, ids, version }: Announced, watched: ReadonlySet<bigint>, generation: number):
+  Promise<void> {
     if (kind === 'deleted') {
       this.change([], ids)
       return
     }
     let wanted = ids
     if (kind === 'updated') {
-      // A row an own update is writing: that update, queued after this, reads it again if it must.
-      wanted = ids.filter(id => this.ownVersions.get(id) !== version && !this.watches.has(id))
+      wanted = ids.filter(id => this.ownVersions.get(id) !== version && !watched.has(id))
       for (const id of ids) if (this.ownVersions.get(id) === version) this.ownVersions.delete(id)
       if (wanted.length === 0) {
         this.echoes.inc()
@@ -276,13 +283,11 @@ export class ListCache<T extends Row> {
     await this.building.promise
   }
 
-  /** Applies a change after those announced before it (and after the build under way); `settled` runs either way. */
-  private announce (change: (generation: number) => Promise<void>, settled?: () => void): void {
+  /** Applies a change after those announced before it (and after the build under way). */
+  private announce (change: (generation: number) => Promise<void>): void {
     const building = this.building?.promise
-    if (this.list === undefined && building === undefined) {
-      settled?.() // nothing cached: the next build reads it
-      return
-    }
+    // Nothing cached: the next build reads it.
+    if (this.list === undefined && building === undefined) return
     const generation = this.generation
     this.unapplied++
     this.changes = this.changes.then(async () => {
@@ -293,7 +298,6 @@ export class ListCache<T extends Row> {
       if (generation === this.generation) this.invalidate()
     }).finally(() => {
       this.unapplied--
-      settled?.()
     })
   }
 
