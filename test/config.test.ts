@@ -42,7 +42,7 @@ t.test('bad values stop the start with a message naming the variable', async t =
     [{ DATABASE_DIRECT_URL: 'postgres://db/x' }, /DATABASE_DIRECT_URL is set without DATABASE_URL/],
     [{ DB_POOL_MAX: '0' }, /DB_POOL_MAX/],
     [{ BODY_LIMIT_BYTES: '-1' }, /BODY_LIMIT_BYTES/],
-    [{ NODE_ENV: 'production' }, /DATABASE_URL and API_KEYS or API_KEY_SHA256/],
+    [{ NODE_ENV: 'production' }, /^NODE_ENV=production requires DATABASE_URL and API_KEYS or API_KEY_SHA256 to/],
     [{ NODE_ENV: 'production', DATABASE_URL: 'postgres://db/x' }, /requires API_KEYS or API_KEY_SHA256/],
     [{ NODE_ENV: 'production', API_KEYS: 'k' }, /requires DATABASE_URL to be set/]
   ]

@@ -126,19 +126,6 @@ t.test(
   }
 )
 
-t.test('production without configuration refuses to start, naming what is missing', async t => {
-  const server = await startServer(t, { NODE_ENV: 'production' }, { listening: false })
-  t.equal(await server.exited, 1)
-  t.match(server.output(), /NODE_ENV=production requires DATABASE_URL and API_KEYS or API_KEY_SHA256/)
-  const partial = await startServer(
-    t,
-    { NODE_ENV: 'production', DATABASE_URL: 'postgres://127.0.0.1:1/x' },
-    { listening: false }
-  )
-  t.equal(await partial.exited, 1)
-  t.match(partial.output(), /requires API_KEYS or API_KEY_SHA256/)
-})
-
 t.test(
   'no configuration at all (npm start on a bare machine): embedded PostgreSQL, a printed development key, data kept across restarts',
   async t => {
