@@ -96,13 +96,7 @@ t.test('operational endpoints need no key', async t => {
 
 t.test('API_KEY_SHA256: a deployment can hold digests instead of keys', async t => {
   const digest = createHash('sha256').update('hashed-only-key').digest('hex')
-  const hashedDb = await db.createDatabase()
-  const { app: hashed } = await testApp(t, hashedDb, {
-    API_KEYS: '',
-    API_KEY_SHA256: `${'0'.repeat(64)},${digest.toUpperCase()}`
-  }).catch(() => ({ app: undefined }))
-  t.equal(hashed, undefined, 'an empty API_KEYS entry is a configuration error')
-  const { app: hashedApp } = await testApp(t, hashedDb, {
+  const { app: hashedApp } = await testApp(t, await db.createDatabase(), {
     API_KEYS: 'plain-key',
     API_KEY_SHA256: `${'0'.repeat(64)},${digest.toUpperCase()}`
   })
