@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, stat } from 'node:fs/promises'
+import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
@@ -74,11 +74,6 @@ t.test('a new data directory: the service connects as its own role, which may do
   const dir = await dataDir()
   const server = await startServer(t, { DATA_DIR: dir })
   t.equal((await categoriesRequest(server, await secret(dir, 'dev-api-key'), 'POST', { name: 'written' })).status, 201)
-  t.equal(
-    ((await stat(path.join(dir, `${SERVICE_ROLE}-password`))).mode & 0o777).toString(8),
-    '600',
-    'its password is kept 0600'
-  )
 
   const superuser = await psql(t, dir, 'postgres', 'postgres-password')
   t.same(
