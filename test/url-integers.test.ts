@@ -4,7 +4,6 @@ import t from 'tap'
 import { Int64IdParams, urlIntegersValidatorCompiler } from '../src/http/url-integers.js'
 import { AUTH, json, testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
-import { withClient } from './helpers/pg-client.js'
 
 const db = await testDatabase(t)
 const { app } = await testApp(
@@ -86,15 +85,6 @@ t.test('valid ids reach the handler as exact BigInts, across the whole int64 ran
     const res = await app.inject({ method: 'GET', url: `/v1/categories/${id}`, headers: AUTH })
     t.same(res.json(), { code: 'NOT_FOUND', message: `no category with id ${id}`, status: 404 }, `${id} is not rounded`)
   }
-  // A row above 2^53 is found by its exact id, not its neighbour.
-  await withClient(db.url, async client => {
-    await client.query("SELECT setval('categories_id_seq', 9007199254740992)")
-  })
-  const big = await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name: 'Big' }) })
-  t.match(big.body, /"id":9007199254740993[,}]/)
-  const found = await app.inject({ method: 'GET', url: '/v1/categories/9007199254740993', headers: AUTH })
-  t.equal(found.statusCode, 200)
-  t.match(found.body, /"id":9007199254740993[,}]/)
 })
 
 t.test("the same validator on a route with a body: the id as a bigint, the body checked by the app's Ajv", async t => {
