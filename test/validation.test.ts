@@ -35,6 +35,7 @@ function assertRejected (
 }
 
 t.test('bodies that break NewCategory are 400 VALIDATION_FAILED naming the field, and store nothing', async t => {
+  // Control characters, NUL, whitespace-only names and lone surrogates: each one, in portable-patterns.test.ts.
   const before = await rowCount()
   const cases: Array<[string, unknown, RegExp]> = [
     ['unknown member id', { name: 'a', id: 5 }, /unknown member 'id'/],
@@ -50,19 +51,9 @@ t.test('bodies that break NewCategory are 400 VALIDATION_FAILED naming the field
     ['name object', { name: { a: 1 } }, /'name' must be of type string/],
     ['description number', { name: 'a', description: 5 }, /'description' must be of type string/],
     ['empty name', { name: '' }, /'name' must be at least 1 character/],
-    ['blank name', { name: '   ' }, /'name' must contain at least one non-whitespace/],
-    ['whitespace-only unicode name', { name: '\u00a0\u2003\u3000' }, /'name'/],
     ['name 256 code points', { name: 'x'.repeat(256) }, /'name' must be at most 255/],
     ['name 256 astral code points', { name: '😀'.repeat(256) }, /'name' must be at most 255/],
     ['description 2001', { name: 'a', description: 'x'.repeat(2001) }, /'description' must be at most 2000/],
-    ['NUL in name', { name: 'a\u0000b' }, /'name'.*NUL/],
-    ['NUL in description', { name: 'a', description: 'a\u0000b' }, /'description'.*NUL/],
-    ['tab in name', { name: 'a\tb' }, /'name'.*control/],
-    ['newline in name', { name: 'a\nb' }, /'name'.*control/],
-    ['DEL in name', { name: 'a\u007fb' }, /'name'.*control/],
-    ['C1 control in name', { name: 'a\u0085b' }, /'name'.*control/],
-    ['escape in description', { name: 'a', description: 'a\u001bb' }, /'description'.*control/],
-    ['C1 control in description', { name: 'a', description: 'a\u009fb' }, /'description'.*control/],
     ['body is an array', [{ name: 'a' }], /request body must be a JSON object/],
     ['body is a string', 'Dogs', /request body must be a JSON object/],
     ['body is null', null, /request body must be a JSON object/],
@@ -72,20 +63,6 @@ t.test('bodies that break NewCategory are 400 VALIDATION_FAILED naming the field
     assertRejected(t, await post(JSON.stringify(body)), 'VALIDATION_FAILED', mention, label)
   }
   t.equal(await rowCount(), before, 'no row was stored')
-})
-
-t.test('lone surrogates, escaped or raw, are 400 (PostgreSQL would store U+FFFD)', async t => {
-  for (const [label, raw] of [
-    ['escaped high surrogate', '{"name":"a\\ud800b"}'],
-    ['escaped low surrogate', '{"name":"\\udc00"}'],
-    ['reversed pair', '{"name":"\\udc00\\ud800"}'],
-    ['lone surrogate in description', '{"name":"a","description":"x\\udbff"}'],
-    ['escaped NUL', '{"name":"a\\u0000"}']
-  ]) {
-    assertRejected(t, await post(raw as string), 'VALIDATION_FAILED', /(name|description)/, label as string)
-  }
-  const pair = await post('{"name":"\\ud83d\\ude00"}')
-  t.equal(pair.status, 201, 'an escaped valid surrogate pair is one code point and accepted')
 })
 
 t.test('invalid UTF-8 bytes are 400 MALFORMED_JSON, never replaced', async t => {
@@ -121,8 +98,7 @@ t.test('media types: application/json (with utf-8 charset) only', async t => {
     'application/xml',
     'multipart/form-data; boundary=x',
     'application/json; charset=latin1',
-    'application/jsonp',
-    'application/merge-patch+json'
+    'application/jsonp'
   ]) {
     const res = await post('{"name":"a"}', type)
     t.equal(res.status, 415, type)
@@ -141,9 +117,8 @@ t.test('a request that passes validation is stored exactly (valid neighbours of 
   const accepted = [
     { name: 'x'.repeat(255) },
     { name: '😀'.repeat(255) },
-    { name: ' a ' },
-    { name: 'a', description: 'tab\tlf\ncr\r' },
     { name: 'a', description: 'x'.repeat(2000) },
+    { name: 'a', description: '😀'.repeat(2000) },
     { name: '\ufffe noncharacter and \u200b zero-width' }
   ]
   for (const body of accepted) {
@@ -153,4 +128,12 @@ t.test('a request that passes validation is stored exactly (valid neighbours of 
     t.same(rest, body)
     t.type(id, 'number')
   }
+  const pair = await app.inject({
+    method: 'POST',
+    url: '/v1/categories',
+    headers: { ...AUTH, 'content-type': 'application/json' },
+    payload: '{"name":"\\ud83d\\ude00"}'
+  })
+  t.equal(pair.statusCode, 201, 'an escaped valid surrogate pair is one code point and accepted')
+  t.equal(pair.json().name, '😀')
 })
