@@ -192,13 +192,10 @@ t.test(
   }
 )
 
-t.test("getPet's 400s are documented: a petId that is not a valid URL part, or too long", async t => {
-  t.ok(doc.paths['/pets/{petId}'].get.responses['400'], 'GET /pets/{petId} documents 400')
-  for (const url of ['/v1/pets/%ZZ', `/v1/pets/${'x'.repeat(101)}`]) {
-    const res = await app.inject({ url, headers: AUTH })
-    t.equal(res.statusCode, 400, url.slice(0, 20))
-    t.equal(res.json().code, 'VALIDATION_FAILED', url.slice(0, 20))
-  }
+t.test("getPet: a petId over 100 characters is 400 (one that is not a valid URL part: the examples' test)", async t => {
+  const res = await app.inject({ url: `/v1/pets/${'x'.repeat(101)}`, headers: AUTH })
+  t.equal(res.statusCode, 400)
+  t.equal(res.json().code, 'VALIDATION_FAILED')
 })
 
 t.test('the examples are what the service answers', async t => {
