@@ -264,17 +264,6 @@ t.test('the probe paths are routes of the service that answer 200 once it is rea
       'liveness does not restart pods for a database outage'
     )
   }
-  app.lifecycle.shuttingDown = true
-  t.equal(
-    (await app.inject({ method: 'GET', url: api(defaults).readinessProbe.httpGet.path })).statusCode,
-    503,
-    'readiness fails once shutdown begins'
-  )
-  t.equal(
-    (await app.inject({ method: 'GET', url: api(defaults).livenessProbe.httpGet.path })).statusCode,
-    200,
-    'liveness holds while draining'
-  )
 })
 
 t.test('the grace period outlasts the drain and the close, with the defaults of src/config.ts', async t => {
