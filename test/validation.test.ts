@@ -98,7 +98,8 @@ t.test('media types: application/json (with utf-8 charset) only', async t => {
     'application/xml',
     'multipart/form-data; boundary=x',
     'application/json; charset=latin1',
-    'application/jsonp'
+    'application/jsonp',
+    'application/merge-patch+json'
   ]) {
     const res = await post('{"name":"a"}', type)
     t.equal(res.status, 415, type)
