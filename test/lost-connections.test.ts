@@ -145,7 +145,7 @@ t.test(
 t.test('the database unreachable when a request fails and back for its retry: the key is not stuck', async t => {
   const blocker = await lockCategories(t)
   const pending = create('outage mid-create', 'lost-3')
-  await lockWaiter()
+  const orphan = await lockWaiter()
   proxy.down()
   t.teardown(() => {
     proxy.restore()
@@ -154,6 +154,12 @@ t.test('the database unreachable when a request fails and back for its retry: th
   await sleep(100)
   proxy.restore()
   await blocker.query('ROLLBACK')
+  // PostgreSQL finds the first attempt's client gone only once its INSERT gets the lock and answers; until then that
+  // backend holds the key (a retry meanwhile gets 409 with Retry-After, as any request under way). Then it is free.
+  await until('the first attempt\'s backend ended', async () => {
+    const { rows } = await admin.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [orphan])
+    return rows.length === 0 ? true : undefined
+  })
   const retry = await create('outage mid-create', 'lost-3')
   t.equal(retry.statusCode, 201, `the retry is answered at once, not 409 until a lock lapses: ${retry.body}`)
   t.equal(retry.headers['idempotent-replayed'], undefined)
