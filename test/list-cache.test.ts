@@ -72,6 +72,9 @@ const bodyText = (list: ListBody): string =>
 const reads = async (app: FastifyInstance | Registry, source: string): Promise<number> =>
   await metric(app, 'categories_list_reads_total', { source })
 
+/** Own updates of one row answered at once, each after another version of the row was announced. */
+const BUSY_ROW_UPDATES = 20
+
 await until('both instances listen', async () => (await listening(a)) && (await listening(b)))
 
 /** The categories' list cache on a change feed of its own, as the app wires it (machinery/collection.ts), started. */
@@ -409,9 +412,13 @@ t.test('the list cache on its own: own rows committed while a build reads the ta
         await held.release
       }
     },
-    getMany: async ids => await table.getMany(ids),
+    getMany: async ids => {
+      rowReads++
+      return await table.getMany(ids)
+    },
     page: async (after, limit) => await table.page(after, limit)
   }
+  let rowReads = 0
   const { cache, feed, close } = categoryListCache(heldTable, {
     connectionString: dbUrl,
     notify: notifyThrough(db),
@@ -479,6 +486,31 @@ t.test('the list cache on its own: own rows committed while a build reads the ta
     await ours
     t.ok((await names()).includes('version 3'), 'version 3 stays')
     t.notOk((await names()).includes('version 2'), 'the older answer was read again, not applied')
+    t.equal(bodyText(await cache.read()), await expectedBody(), "the list is the table's")
+  })
+
+  await t.test('own updates that must each read their row again, answered together, read it in one query', async t => {
+    const [row] = await table.insertBatch([{ name: 'busy 1' }])
+    const id = (row as Category).id
+    await until('the cache lists the row', async () => (await names()).includes('busy 1'))
+    // Each of these updates hears another version of its row while under way, so each must read the row again.
+    const answers: Array<() => void> = []
+    const updates = Array.from({ length: BUSY_ROW_UPDATES }, async () => {
+      const write = new Promise<Category>(resolve => {
+        answers.push(() => {
+          resolve({ id, name: 'an older version' })
+        })
+      })
+      return await cache.updating(id, write, updated => ({ row: updated, version: '1' }))
+    })
+    await admin.query("UPDATE categories SET name = 'busy 2' WHERE id = $1", [String(id)])
+    await admin.query("INSERT INTO categories (name) VALUES ('after busy 2')")
+    await until('the cache heard the update', async () => (await names()).includes('after busy 2'))
+    const before = rowReads
+    for (const answer of answers) answer()
+    await Promise.all(updates)
+    t.ok((await names()).includes('busy 2'), 'the version read again is listed')
+    t.equal(rowReads - before, 1, `${BUSY_ROW_UPDATES} rereads of one row, queued together, are one query`)
     t.equal(bodyText(await cache.read()), await expectedBody(), "the list is the table's")
   })
 })

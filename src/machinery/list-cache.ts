@@ -39,6 +39,9 @@ export class ListCache<T extends Row> {
   /** This instance's creates under way: a notification can arrive before the create's own answer does. */
   private readonly creates = new Set<Promise<unknown>>()
   private readonly watches = new Map<bigint, Set<Watch>>()
+  /** Rows the next queued read of rows will read again. */
+  private rereads: { generation: number, ids: Set<bigint> } | undefined
+  private rereadsApplied: Promise<void> = Promise.resolve()
   /** Versions of rows this instance updated and listed, until the update's own notification (its echo) comes. */
   private readonly ownVersions = new Map<bigint, string>()
   private readonly reads = { cache: 0, changed: 0, refresh: 0, database: 0 }
@@ -156,10 +159,10 @@ export class ListCache<T extends Row> {
    * read again only if someone else changed it).
    */
   private updated (id: bigint, watch: Watch, written: Versioned<T> | undefined): void {
-    this.announce(async generation => {
+    this.announce(async () => {
       const others = [...watch.announced].some(version => version !== written?.version)
       if (others) {
-        await this.reread([id], generation)
+        this.reread([id])
         return
       }
       if (written === undefined) return
@@ -218,15 +221,29 @@ export class ListCache<T extends Row> {
         return
       }
     }
-    await this.reread(wanted, generation)
+    this.reread(wanted)
   }
 
-  private async reread (ids: bigint[], generation: number): Promise<void> {
-    if (ids.length === 0) return
-    const rows = await this.source.getMany(ids)
-    if (generation !== this.generation) return
-    const found = new Set(rows.map(row => row.id))
-    this.change(rows, ids.filter(id => !found.has(id)))
+  /**
+   * Reads rows again, in one read with every row the changes queued before it ask for: one by one, rereads fell
+   * behind busy rows' updates, and the queue grew without bound. Read later, a row is newer, never older: every
+   * other change applies either a removal or an own update's row, which nothing announced before it has overtaken.
+   */
+  private reread (ids: readonly bigint[]): void {
+    if (this.rereads?.generation !== this.generation) {
+      const wanted = { generation: this.generation, ids: new Set<bigint>() }
+      this.rereads = wanted
+      this.announce(async generation => {
+        this.rereads = undefined
+        const asked = [...wanted.ids]
+        const rows = await this.source.getMany(asked)
+        if (generation !== this.generation) return
+        const found = new Set(rows.map(row => row.id))
+        this.change(rows, asked.filter(id => !found.has(id)))
+      })
+      this.rereadsApplied = this.changes
+    }
+    for (const id of ids) this.rereads.ids.add(id)
   }
 
   private has (id: bigint): boolean {
@@ -253,7 +270,11 @@ export class ListCache<T extends Row> {
   private async current (): Promise<SegmentedList | undefined> {
     if (!this.feed.listening) return undefined
     if (this.list === undefined) await this.build()
-    if (this.unapplied > 0) await this.changes
+    if (this.unapplied > 0) {
+      await this.changes
+      // The rows those changes asked to read again are read after them.
+      await this.rereadsApplied
+    }
     // Dropped meanwhile (a change the cache could not follow): the database answers this one.
     return this.list
   }
