@@ -45,11 +45,12 @@ const SCENARIOS: Scenario[] = [
   // Busy rows: 50 connections on 100 rows, so most updates overlap another of their row.
   { id: 'patch-hot', title: 'PATCH one of 100 rows', ...SMALL, kind: 'patch', servers: SERVICE },
   { id: 'get10k', title: 'GET list, 10,000 rows', ...LARGE, kind: 'get', servers: ALL },
-  { id: 'post', title: 'POST', ...LARGE, kind: 'post', servers: ALL },
+  // Updates before creates: a create window adds 10⁵ rows, and the heap they took stays for the next window.
   { id: 'patch', title: 'PATCH a random row', ...LARGE, kind: 'patch', servers: SERVICE },
+  { id: 'post', title: 'POST', ...LARGE, kind: 'post', servers: ALL },
   { id: 'delete', title: 'DELETE', ...LARGE, kind: 'delete', servers: SERVICE },
-  { id: 'post-cheap', title: 'POST, cheap commits', ...CHEAP, kind: 'post', servers: [...DATABASE_PEERS, ...SERVICE] },
   { id: 'patch-cheap', title: 'PATCH, cheap commits', ...CHEAP, kind: 'patch', servers: SERVICE },
+  { id: 'post-cheap', title: 'POST, cheap commits', ...CHEAP, kind: 'post', servers: [...DATABASE_PEERS, ...SERVICE] },
   { id: 'delete-cheap', title: 'DELETE, cheap commits', ...CHEAP, kind: 'delete', servers: SERVICE },
   { id: 'page', title: `GET ${PAGE}, ${PAGED.rows} rows`, ...PAGED, kind: 'get', servers: SERVICE, path: PAGE },
   { id: 'page-deep', title: `GET ${DEEP_PAGE}`, ...PAGED, kind: 'get', servers: SERVICE, path: DEEP_PAGE }
@@ -76,8 +77,12 @@ const TARGETS: Target[] = [
   { scenario: 'page', against: 'service', of: 'get100', min: 0.8 },
   { scenario: 'page-deep', against: 'service', of: 'get100', min: 0.8 }
 ]
-/** Up to LARGE's rows; the page phase caches 10⁶ rows (142 MB of JSON), whose memory big-list bounds by the body. */
+/**
+ * Up to LARGE's rows; the page phase caches 10⁶ rows (142 MB of JSON), whose memory big-list bounds by the body.
+ * Creates and deletes are not bounded: a create window adds 10⁵ rows, and a delete window's block is created first.
+ */
 const LIMIT_RSS = 150 * 2 ** 20
+const GROWS_TABLE: LoadKind[] = ['post', 'delete']
 /** Rows a delete round gets at least; more when the server created faster in this phase. */
 const DELETE_ROWS = 20_000
 // Deletes write no row and may run well above the create rate: a block too small would end in 404s, not deletes.
@@ -241,10 +246,13 @@ function verdicts (results: Measurement[]): Verdict[] {
   const failures = service.reduce((total, r) => total + r.failures, 0)
   const failed = verdict('every scenario', 'no failed request of the service', String(failures), failures === 0)
   const all = [...measured, failed]
-  const bounded = service.filter(r => (SCENARIOS.find(s => s.id === r.scenario)?.rows ?? 0) <= LARGE.rows)
+  const bounded = service.filter(r => {
+    const scenario = SCENARIOS.find(s => s.id === r.scenario)
+    return scenario !== undefined && scenario.rows <= LARGE.rows && !GROWS_TABLE.includes(scenario.kind)
+  })
   if (bounded.length === 0) return all
   const worst = Math.max(...bounded.map(r => r.peakRssBytes))
-  const scope = `every scenario of at most ${LARGE.rows} rows`
+  const scope = `every scenario of at most ${LARGE.rows} rows but creates and deletes`
   return [...all, verdict(scope, `service peak RSS ≤ ${mb(LIMIT_RSS)} MB`, `worst ${mb(worst)} MB`, worst <= LIMIT_RSS)]
 }
 
