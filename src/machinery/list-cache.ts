@@ -41,6 +41,7 @@ export class ListCache<T extends Row> {
   private readonly watches = new Map<bigint, Set<Watch>>()
   /** Rows the next queued read of rows will read again. */
   private rereads: { generation: number, ids: Set<bigint> } | undefined
+  /** Settles when the last queued read of rows has been applied. */
   private rereadsApplied: Promise<void> = Promise.resolve()
   /** Versions of rows this instance updated and listed, until the update's own notification (its echo) comes. */
   private readonly ownVersions = new Map<bigint, string>()
