@@ -398,6 +398,7 @@ t.test('the list cache on its own: own rows committed while a build reads the ta
   // The real table; a test can hold a finished read before it reaches the cache (a build "in flight").
   let hold: { read: () => void; release: Promise<void> } | undefined
   let snapshot: string[] = []
+  let rowReads = 0
   const heldTable: ListSource<Category> = {
     name: table.name,
     listJson: async (segmentIds, onSegment) => {
@@ -418,7 +419,6 @@ t.test('the list cache on its own: own rows committed while a build reads the ta
     },
     page: async (after, limit) => await table.page(after, limit)
   }
-  let rowReads = 0
   const { cache, feed, close } = categoryListCache(heldTable, {
     connectionString: dbUrl,
     notify: notifyThrough(db),
