@@ -149,7 +149,7 @@ keepAlive.destroy()
 
 const ready503 = result.readyTurned503AfterMs
 if (ready503 === null || ready503 - result.killCommandMs > READY_503_WITHIN_MS) {
-  result.failures.push('ready did not turn 503 within 1 s of SIGTERM')
+  result.failures.push(`ready did not turn 503 within ${READY_503_WITHIN_MS} ms of SIGTERM`)
 }
 if (result.drainApiWithoutConnectionClose > 0) result.failures.push('responses after SIGTERM without Connection: close')
 if (result.listenerClosedAfterMs === null) result.failures.push('listener still open after 60 s')
