@@ -5,7 +5,7 @@ import { promisify } from 'node:util'
 import t, { type Test } from 'tap'
 import { parse } from 'yaml'
 import { TEST_KEY, listeningApp } from './helpers/app.js'
-import { BUILD_SOURCES } from './helpers/built-checkout.js'
+import { BUILD_SOURCES, builtCheckout } from './helpers/built-checkout.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
 import { EnvSchema } from '../src/config.js'
@@ -13,7 +13,7 @@ import { runMigrations } from '../src/db/migrate.js'
 
 /*
  * What the documentation tells a newcomer to copy works as written: the README's
- * TypeScript client program, run by the README's own commands in a fresh checkout
+ * TypeScript client program, run by the README's own commands in a checkout npm start built
  * against a live service, and the documented way to list keys as JSON. And every
  * setting the service reads is documented alike in the README's configuration table,
  * .env.example and the Helm chart.
@@ -39,18 +39,24 @@ function codeBlock (text: string, language: string): string {
 }
 
 /**
- * The checkout's sources with nothing built (dist/ is git-ignored), and node_modules as
- * `npm ci` leaves it: the installed packages, and the workspace links into this copy.
+ * A copy of the run's build, as `npm start` leaves a checkout: its sources and dist/, times kept (so the commands'
+ * `npm run build` only checks), and node_modules as `npm ci` leaves it: the installed packages, and the workspace
+ * links into this copy.
  */
-async function freshCheckout (t: Test): Promise<string> {
+async function builtCopy (t: Test): Promise<string> {
+  const built = await builtCheckout(t)
   await mkdir(path.join(repo, '.cache'), { recursive: true })
-  const copy = await mkdtemp(path.join(repo, '.cache', 'fresh-checkout-'))
+  const copy = await mkdtemp(path.join(repo, '.cache', 'readme-checkout-'))
   t.teardown(async () => {
     await rm(copy, { recursive: true, force: true })
   })
-  const unbuilt = (source: string): boolean => !['dist', 'node_modules'].includes(path.basename(source))
-  for (const entry of BUILD_SOURCES) {
-    await cp(path.join(repo, entry), path.join(copy, entry), { recursive: true, filter: unbuilt })
+  const notInstalled = (source: string): boolean => path.basename(source) !== 'node_modules'
+  for (const entry of [...BUILD_SOURCES, 'dist']) {
+    await cp(path.join(built, entry), path.join(copy, entry), {
+      recursive: true,
+      preserveTimestamps: true,
+      filter: notInstalled
+    })
   }
   const modules = path.join(repo, 'node_modules')
   await mkdir(path.join(copy, 'node_modules', '@petstore'), { recursive: true })
@@ -66,13 +72,13 @@ async function freshCheckout (t: Test): Promise<string> {
 }
 
 let checkout: Promise<string> | undefined
-/** One fresh checkout for this file's tests, each building it as its commands do (the second build finds it built). */
+/** One copy for this file's tests. */
 async function sharedCheckout (): Promise<string> {
-  checkout ??= freshCheckout(t)
+  checkout ??= builtCopy(t)
   return await checkout
 }
 
-t.test("the README's TypeScript client program runs as written, by its commands, in a fresh checkout", async t => {
+t.test("the README's TypeScript client program runs as written, by its commands, in a checkout npm start built", async t => {
   const db = await testDatabase(t)
   const { port } = await listeningApp(t, db.url)
   const section = readmeSection('Calling the API from TypeScript')
@@ -126,7 +132,7 @@ t.test("the README's TypeScript client program runs as written, by its commands,
   t.equal(reported, '', 'tsc --strict reports nothing')
 })
 
-t.test('the documented way to list keys as JSON prints JSON alone, in a fresh checkout', async t => {
+t.test('the documented way to list keys as JSON prints JSON alone, in a checkout npm start built', async t => {
   const documented = new Set<string>()
   for (const file of ['README.md', 'docs/deployment.md']) {
     const lines = (await readFile(file, 'utf8')).split('\n').filter(line => /^npm run .*keys -- list --json/.test(line))
