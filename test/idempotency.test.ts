@@ -143,7 +143,7 @@ t.test('two identical requests racing on two instances create one row', async t 
     ])
   )
   for (const res of answers) t.ok(res.statusCode === 201 || res.statusCode === 409, `201 or 409, got ${res.statusCode}`)
-  // B's creates reach A's list through the change feed (within 100 ms): once the count is stable, compare.
+  // B's creates reach A's list through the change feed: once A lists as many rows as keys, compare.
   const listed = async (): Promise<Array<{ id: number; name: string }>> =>
     (await a.app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })).json()
   await until('A lists a row per key', async () => (await listed()).length >= keys.length)
