@@ -78,59 +78,62 @@ async function sharedCheckout (): Promise<string> {
   return await checkout
 }
 
-t.test("the README's TypeScript client program runs as written, by its commands, in a checkout npm start built", async t => {
-  const db = await testDatabase(t)
-  const { port } = await listeningApp(t, db.url)
-  const section = readmeSection('Calling the API from TypeScript')
-  const commands = codeBlock(section, 'sh')
-  const program = codeBlock(section, 'ts')
-  const file = /\S+\.ts\b/.exec(commands)?.[0]
-  const printed = /# prints: (.+)$/m.exec(commands)?.[1]
-  if (file === undefined || printed === undefined) {
-    throw new Error("the README's commands name no program file, or not what it prints")
-  }
-  const copy = await sharedCheckout()
-  await writeFile(path.join(copy, file), program)
-  // What npm start leaves for the commands: the development key (here, the test service's key).
-  await mkdir(path.join(copy, 'data'))
-  await writeFile(path.join(copy, 'data', 'dev-api-key'), `${TEST_KEY}\n`)
-  const env = { ...process.env, PETSTORE_URL: `http://127.0.0.1:${port}` }
-  const lastLine = async (): Promise<string | undefined> => {
-    const { stdout } = await run('sh', ['-ec', commands], { cwd: copy, env }).catch((error: { stderr: string }) => {
-      throw new Error(`the README's commands failed: ${error.stderr}`)
+t.test(
+  "the README's TypeScript client program runs as written, by its commands, in a checkout npm start built",
+  async t => {
+    const db = await testDatabase(t)
+    const { port } = await listeningApp(t, db.url)
+    const section = readmeSection('Calling the API from TypeScript')
+    const commands = codeBlock(section, 'sh')
+    const program = codeBlock(section, 'ts')
+    const file = /\S+\.ts\b/.exec(commands)?.[0]
+    const printed = /# prints: (.+)$/m.exec(commands)?.[1]
+    if (file === undefined || printed === undefined) {
+      throw new Error("the README's commands name no program file, or not what it prints")
+    }
+    const copy = await sharedCheckout()
+    await writeFile(path.join(copy, file), program)
+    // What npm start leaves for the commands: the development key (here, the test service's key).
+    await mkdir(path.join(copy, 'data'))
+    await writeFile(path.join(copy, 'data', 'dev-api-key'), `${TEST_KEY}\n`)
+    const env = { ...process.env, PETSTORE_URL: `http://127.0.0.1:${port}` }
+    const lastLine = async (): Promise<string | undefined> => {
+      const { stdout } = await run('sh', ['-ec', commands], { cwd: copy, env }).catch((error: { stderr: string }) => {
+        throw new Error(`the README's commands failed: ${error.stderr}`)
+      })
+      return stdout.trim().split('\n').at(-1)
+    }
+    t.equal(await lastLine(), printed, `the commands print what the README says: ${printed}`)
+
+    await withClient(db.url, async client => {
+      await client.query("SELECT setval('categories_id_seq', 9007199254740992)")
     })
-    return stdout.trim().split('\n').at(-1)
+    t.equal(await lastLine(), printed, 'and past 2^53, where JSON.parse would round the id')
+
+    // A consumer compiling it under strict TypeScript, against the declarations the build wrote.
+    const tsc = path.join(repo, 'node_modules', 'typescript', 'bin', 'tsc')
+    const options = [
+      '--noEmit',
+      '--strict',
+      '--skipLibCheck',
+      '--target',
+      'ES2022',
+      '--module',
+      'NodeNext',
+      '--moduleResolution',
+      'NodeNext',
+      '--lib',
+      'ES2023,DOM',
+      '--types',
+      'node'
+    ]
+    const reported = await run(process.execPath, [tsc, ...options, file], { cwd: copy }).then(
+      () => '',
+      (error: { stdout: string }) => error.stdout
+    )
+    t.equal(reported, '', 'tsc --strict reports nothing')
   }
-  t.equal(await lastLine(), printed, `the commands print what the README says: ${printed}`)
-
-  await withClient(db.url, async client => {
-    await client.query("SELECT setval('categories_id_seq', 9007199254740992)")
-  })
-  t.equal(await lastLine(), printed, 'and past 2^53, where JSON.parse would round the id')
-
-  // A consumer compiling it under strict TypeScript, against the declarations the build wrote.
-  const tsc = path.join(repo, 'node_modules', 'typescript', 'bin', 'tsc')
-  const options = [
-    '--noEmit',
-    '--strict',
-    '--skipLibCheck',
-    '--target',
-    'ES2022',
-    '--module',
-    'NodeNext',
-    '--moduleResolution',
-    'NodeNext',
-    '--lib',
-    'ES2023,DOM',
-    '--types',
-    'node'
-  ]
-  const reported = await run(process.execPath, [tsc, ...options, file], { cwd: copy }).then(
-    () => '',
-    (error: { stdout: string }) => error.stdout
-  )
-  t.equal(reported, '', 'tsc --strict reports nothing')
-})
+)
 
 t.test('the documented way to list keys as JSON prints JSON alone, in a checkout npm start built', async t => {
   const documented = new Set<string>()
