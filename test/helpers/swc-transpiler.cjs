@@ -1,7 +1,7 @@
 'use strict'
 /*
  * How tap's ts-node turns the tests' TypeScript into JavaScript (tsconfig.json's "ts-node"): with swc rather than
- * TypeScript's own emitter, which took about 1.8 s of CPU per test file, more than most files' tests. ts-node's
+ * TypeScript's own emitter, which took a large share of every test process's CPU before its first test. ts-node's
  * bundled swc transpiler drops import attributes (`with { type: 'json' }`), which Node requires: this one keeps them.
  */
 const { transformSync } = require('@swc/core')
