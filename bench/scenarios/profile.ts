@@ -6,18 +6,19 @@ import { readdir, readFile, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { cpuSplit, postgresCpuSeconds } from '../proc-stats.js'
 import { type ScenarioGroup, header, row } from '../report.js'
-import { AUTH, LIST_PATH, ROOT, type RunningServer, log, metricTotal, startSeeded } from '../servers.js'
+import { AUTH, LIST_PATH, ROOT, type RunningServer, log, metricTotal, numberFromEnv, startSeeded } from '../servers.js'
 import { type LoadKind, runLoad, settings } from '../wrk.js'
 
-const ROWS = 100
+/** Rows seeded; a PATCH updates one at random, and with 10,000 most updates never meet another of their row. */
+const ROWS = numberFromEnv('PROFILE_ROWS', 100)
 const INTERVAL_US = 250
 const OUT = path.join(ROOT, 'bench', '.tmp', 'profile')
 const WINDOWS: Array<{ id: string, title: string, kind: LoadKind }> = [
-  { id: 'get100', title: 'GET list, 100 rows', kind: 'get' },
+  { id: 'get100', title: `GET list, ${ROWS} rows`, kind: 'get' },
   { id: 'etag', title: 'GET with If-None-Match (304)', kind: 'get' },
-  { id: 'post', title: 'POST (a create)', kind: 'post' }
+  { id: 'post', title: 'POST (a create)', kind: 'post' },
+  { id: 'patch', title: 'PATCH (an update of a random row)', kind: 'patch' }
 ]
-const BATCHES = ['categories_insert_batch_rows_sum', 'categories_insert_batch_rows_count']
 
 interface CallFrame { functionName: string, url: string }
 interface ProfileNode { id: number, callFrame: CallFrame, children?: number[] }
@@ -98,23 +99,29 @@ async function profileWindow (server: RunningServer, window: typeof WINDOWS[numb
   postmasterPid: number): Promise<Window> {
   const { durationS, warmupS, connections } = settings()
   const headers = window.id === 'etag' ? { ...AUTH, 'if-none-match': etag } : AUTH
+  const statement = window.kind === 'patch' ? 'update' : 'insert'
+  const batchMetrics = ['sum', 'count'].map(part => `categories_${statement}_batch_rows_${part}`)
   const batches = async (): Promise<number[]> =>
-    await Promise.all(BATCHES.map(async name => await metricTotal(server, name)))
+    await Promise.all(batchMetrics.map(async name => await metricTotal(server, name)))
   const before = await batches()
   let start = { us: 0, cpu: { user: 0, system: 0, children: 0 }, db: 0 }
-  const result = await runLoad({ url: server.url, kind: window.kind, headers, connections, durationS, warmupS }, () => {
+  const updateIds = { first: 1, last: ROWS }
+  const spec = { url: server.url, kind: window.kind, headers, connections, durationS, warmupS, updateIds }
+  const result = await runLoad(spec, () => {
     start = { us: nowUs(), cpu: cpuSplit(server.pid), db: postgresCpuSeconds(postmasterPid) }
   })
   const toUs = nowUs()
   const cpu = cpuSplit(server.pid)
   const db = postgresCpuSeconds(postmasterPid)
-  const [rows = 0, inserts = 0] = (await batches()).map((value, i) => value - (before[i] ?? 0))
+  const [rows = 0, statements = 0] = (await batches()).map((value, i) => value - (before[i] ?? 0))
   const perRequest = (s: number): string => `${(s * 1e6 / result.total).toFixed(1)} µs`
   const user = cpu.user - start.cpu.user
   const kernel = cpu.system - start.cpu.system
-  const perInsert = inserts === 0 ? '' : `; ${(rows / inserts).toFixed(1)} rows an INSERT (warm-up included)`
+  const perStatement = statements === 0
+    ? ''
+    : `; ${(rows / statements).toFixed(1)} rows an ${statement.toUpperCase()} (warm-up included)`
   const budget = `CPU per request: the process ${perRequest(user)} in user space and ${perRequest(kernel)} in the ` +
-    `kernel; PostgreSQL ${perRequest(db - start.db)}; wrk ${perRequest(result.cpuSeconds)}${perInsert}.`
+    `kernel; PostgreSQL ${perRequest(db - start.db)}; wrk ${perRequest(result.cpuSeconds)}${perStatement}.`
   const cpuUs = (user + kernel) * 1e6 / result.total
   return { title: window.title, fromUs: start.us, toUs, rps: result.rps, cpuUs, budget }
 }
