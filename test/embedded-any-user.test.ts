@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import t from 'tap'
 import { isAlive, ROOT_STATE_DIR } from '@petstore/embedded-postgres'
+import { builtCheckout } from './helpers/built-checkout.js'
 import { startServer } from './helpers/server-process.js'
 
 /*
@@ -17,10 +18,10 @@ const asRoot = process.getuid?.() === 0
 const repo = process.cwd()
 
 /**
- * A checkout in a fresh 0700 directory: the files `npm start` needs, node_modules hard-linked
- * (copied when the temporary directory is on another file system). Under the system's temporary
- * directory, not this repository: the repository may itself be in a directory only its owner can
- * enter (a clone under /root), which another user could then never reach.
+ * A checkout in a fresh 0700 directory: the run's build (what `npm start` runs once it has built), the
+ * migrations, node_modules hard-linked (copied when the temporary directory is on another file system).
+ * Under the system's temporary directory, not this repository: the repository may itself be in a
+ * directory only its owner can enter (a clone under /root), which another user could then never reach.
  */
 async function privateCheckout (owner?: { uid: number; gid: number }): Promise<string> {
   const outer = await mkdtemp(path.join(tmpdir(), 'petstore-private-'))
@@ -29,9 +30,11 @@ async function privateCheckout (owner?: { uid: number; gid: number }): Promise<s
   })
   const app = path.join(outer, 'app')
   await mkdir(app)
-  for (const entry of ['src', 'packages', 'migrations', 'package.json', 'tsconfig.json']) {
-    await cp(path.join(repo, entry), path.join(app, entry), { recursive: true })
+  const built = await builtCheckout(t)
+  for (const entry of ['dist', 'packages', 'package.json']) {
+    await cp(path.join(built, entry), path.join(app, entry), { recursive: true })
   }
+  await cp(path.join(repo, 'migrations'), path.join(app, 'migrations'), { recursive: true })
   const sameFileSystem = (await stat(repo)).dev === (await stat(outer)).dev
   execFileSync('cp', [sameFileSystem ? '-al' : '-a', path.join(repo, 'node_modules'), path.join(app, 'node_modules')])
   if (owner !== undefined) {

@@ -6,6 +6,7 @@ import path from 'node:path'
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { startEmbeddedPostgres } from '@petstore/embedded-postgres'
+import { builtCheckout } from './helpers/built-checkout.js'
 import { freePort } from './helpers/ports.js'
 import { runMigrations } from '../src/db/migrate.js'
 import { checkDatabase, checkPortFree } from '../src/startup-checks.js'
@@ -139,8 +140,9 @@ t.test("the embedded PostgreSQL's refusals are the same one line", async t => {
 
 t.test('no DATABASE_URL where the embedded PostgreSQL is not installed (the image): one line, as before', async t => {
   const checkout = await mkdtemp(path.join(dir, 'checkout-'))
-  for (const entry of ['src', 'package.json', 'tsconfig.json']) {
-    await cp(entry, path.join(checkout, entry), { recursive: true })
+  const built = await builtCheckout(t)
+  for (const entry of ['dist', 'package.json']) {
+    await cp(path.join(built, entry), path.join(checkout, entry), { recursive: true })
   }
   await mkdir(path.join(checkout, 'node_modules'))
   for (const entry of await readdir('node_modules')) {
@@ -161,7 +163,7 @@ t.test('npm run migrate fails the same way: one line naming the setting, exit 1'
   const migrate = await startServer(
     t,
     { DATABASE_URL: `postgres://u:secret-pw@127.0.0.1:${closed}/x` },
-    { listening: false, nodeArgs: ['--import', 'tsx', 'src/migrate.ts'] }
+    { listening: false, nodeArgs: ['dist/migrate.js'] }
   )
   t.equal(await migrate.exited, 1)
   t.equal(

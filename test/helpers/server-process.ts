@@ -27,11 +27,11 @@ export interface ServerProcess {
 }
 
 export interface SpawnOptions {
-  /** A checkout to run the service in, from its sources through tsx; by default the run's build. */
+  /** A built checkout (dist/) to run the service in; by default the run's build. */
   cwd?: string
   /** Wait for "Server listening" before returning (default true). */
   listening?: boolean
-  /** What node runs instead (with `cwd`, `--import tsx src/server.ts` by default). */
+  /** What node runs; by default npm start's node flags and dist/server.js. */
   nodeArgs?: string[]
   /** Run as this user (the test runs as root). */
   user?: { uid: number; gid: number }
@@ -47,11 +47,8 @@ export async function startServer (
   options: SpawnOptions = {}
 ): Promise<ServerProcess> {
   const port = env.PORT !== undefined ? Number(env.PORT) : await freePort()
-  const fromBuild = options.cwd === undefined && options.nodeArgs === undefined
-  const cwd = fromBuild ? await builtCheckout(t) : options.cwd
-  const nodeArgs = fromBuild
-    ? [...serviceNodeFlags(), 'dist/server.js']
-    : (options.nodeArgs ?? ['--import', 'tsx', 'src/server.ts'])
+  const cwd = options.cwd ?? (await builtCheckout(t))
+  const nodeArgs = options.nodeArgs ?? [...serviceNodeFlags(), 'dist/server.js']
   const node = [process.execPath, ...nodeArgs]
   // As another user through setpriv, without the NODE_OPTIONS tap adds to follow subprocesses: their
   // coverage files would be written as that user into the test's .tap directory, and fail the exit.
@@ -70,9 +67,9 @@ export async function startServer (
         ]
   const child = spawn(command[0] ?? '', command.slice(1), {
     cwd,
-    // No coverage from the server process: tsx compiles src/*.ts differently from tap's loader (another source
-    // map for the same file), and when tap's report took tsx's map for a file it dropped that file's coverage
-    // from every test (CI: src/ at 100 % with no statements, or 78 % with a few files left, under the threshold).
+    // No coverage from the server process: it runs the build, whose source maps name the same src/*.ts as tap's
+    // loader with other maps. A second map for a file made tap's report drop that file's coverage from every test
+    // (seen with tsx's maps in CI: src/ at 100 % with no statements, or 78 %, under the threshold).
     env: {
       PATH: process.env.PATH ?? '',
       HOME: process.env.HOME ?? '/tmp',
