@@ -5,6 +5,8 @@ import t, { type Test } from 'tap'
 import { AUTH, metric, testApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { TcpProxy, type ProxiedConnection } from './helpers/tcp-proxy.js'
+import { registerWidgets, widgetsMigration } from './widgets/setup.js'
+import { runMigrations } from '../src/db/migrate.js'
 
 /*
  * Connections lost while a request holds one: a backend terminated by the
@@ -20,12 +22,15 @@ const proxy = await TcpProxy.start({ host: dbUrl.hostname, port: Number(dbUrl.po
 t.teardown(async () => {
   await proxy.close()
 })
-const { app } = await testApp(t, proxy.url(db.url))
 const admin = new pg.Client({ connectionString: db.url })
 await admin.connect()
 t.teardown(async () => {
   await admin.end()
 })
+// Two resources, as a service grows to: a fault must hit the request that holds it, whichever list is being built.
+await runMigrations(db.url, { info () {}, warn () {}, error () {} })
+await admin.query(widgetsMigration)
+const { app } = await testApp(t, proxy.url(db.url), {}, { register: registerWidgets })
 
 async function create (name: string, key: string): Promise<LightMyRequestResponse> {
   return await app.inject({
@@ -181,14 +186,15 @@ t.test('a backend terminated during a long list read (the COPY path): 503, then 
     UNANNOUNCED_INSERT_ROWS
   ])
   let release: (() => void) | undefined
-  const held = new Promise<void>(resolve => {
+  // Every resource's list is built again once the feed hears: the COPY held is this list's, and the backend ended
+  // is the one behind the held connection (PostgreSQL sees the proxy's side of it as the client's port).
+  const held = new Promise<number>(resolve => {
     proxy.onClientData = (chunk: Buffer, connection: ProxiedConnection) => {
-      if (release !== undefined || !chunk.includes('COPY (SELECT')) return false
-      // Hold the first COPY until its backend is gone.
+      if (release !== undefined || !chunk.includes('COPY (SELECT') || !chunk.includes('FROM categories ')) return false
       release = () => {
         connection.server.write(chunk)
       }
-      resolve()
+      resolve(connection.server.localPort ?? 0)
       return true
     }
   })
@@ -199,11 +205,12 @@ t.test('a backend terminated during a long list read (the COPY path): 503, then 
     const res = await app.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
     return release === undefined && res.statusCode === 200 ? undefined : res
   })
-  await held
+  const clientPort = await held
   const { rows } = await admin.query<{ pid: number }>(
-    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND query LIKE 'BEGIN ISOLATION LEVEL REPEATABLE READ%'"
+    "SELECT pid FROM pg_stat_activity WHERE client_port = $1 AND query LIKE 'BEGIN ISOLATION LEVEL REPEATABLE READ%'",
+    [clientPort]
   )
-  t.equal(rows.length, 1, 'one backend holds the snapshot')
+  t.equal(rows.length, 1, 'the backend of the held COPY holds the snapshot')
   await admin.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid])
   await sleep(50)
   release?.()

@@ -1,11 +1,10 @@
-import { readFile } from 'node:fs/promises'
 import type { FastifyInstance } from 'fastify'
 import pg from 'pg'
 import t from 'tap'
 import { runMigrations } from '../src/db/migrate.js'
 import { AUTH, json, metric, testApp, until } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
-import widgets from './widgets/routes.js'
+import { registerWidgets as register, widgetsMigration } from './widgets/setup.js'
 
 /*
  * The machinery serves a second resource: widgets (test/widgets/, a test-only
@@ -20,14 +19,7 @@ await admin.connect()
 t.teardown(async () => {
   await admin.end()
 })
-// Its migration's Up part, as the runner would apply it.
-const widgetsMigration = (await readFile(new URL('widgets/migration.sql', import.meta.url), 'utf8')).split(
-  '-- Down Migration'
-)[0] as string
 await admin.query(widgetsMigration)
-const register = async (app: FastifyInstance): Promise<void> => {
-  await app.register(widgets)
-}
 const { app: a } = await testApp(t, db.url, {}, { register })
 const { app: b } = await testApp(t, db.url, {}, { register })
 
