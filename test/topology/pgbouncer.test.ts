@@ -152,20 +152,8 @@ async function crossInstanceProbe (t: Test, from: Instance, to: Instance, rounds
     await send(to.url, 'GET') // `to` holds whatever it caches
     const answer = await send(from.url, 'POST', { name: `probe-${Date.now()}-${i}` })
     t.equal(answer.status, 201)
-    const id = String((JSON.parse(answer.body) as { id: number }).id)
-    const answeredAt = performance.now()
-    let seenAfter: number | undefined
-    while (seenAfter === undefined && performance.now() - answeredAt <= LATE_CREATE_LOOK_MS) {
-      const sentAt = performance.now()
-      const list = await send(to.url, 'GET')
-      const rows = list.status === 200 ? (JSON.parse(list.body) as Array<{ id: number }>) : []
-      const listed = rows.some(c => String(c.id) === id)
-      if (listed) {
-        seenAfter = sentAt - answeredAt
-      } else {
-        await sleep(2)
-      }
-    }
+    const { id, name } = JSON.parse(answer.body) as { id: number, name: string }
+    const seenAfter = await firstListed(to, String(id), name, performance.now(), LATE_CREATE_LOOK_MS)
     const seen = seenAfter === undefined ? `not within ${LATE_CREATE_LOOK_MS} ms` : `in a list sent ${seenAfter.toFixed(1)} ms`
     t.ok(
       seenAfter !== undefined && seenAfter <= CONSISTENCY_MS,
@@ -177,8 +165,20 @@ async function crossInstanceProbe (t: Test, from: Instance, to: Instance, rounds
 /** Whether `to`'s list shows the category with this id by this name (undefined: not at all). */
 async function listed (to: Instance, id: string, name: string | undefined): Promise<boolean> {
   const list = await send(to.url, 'GET')
+  if (list.status !== 200) return false
   const found = (JSON.parse(list.body) as Array<{ id: number; name: string }>).find(c => String(c.id) === id)
-  return list.status === 200 && found?.name === name
+  return found?.name === name
+}
+
+/** How long after `since` the first list of `to` that shows the row so was sent, looking up to `lookMs`. */
+async function firstListed (to: Instance, id: string, name: string | undefined, since: number, lookMs: number):
+Promise<number | undefined> {
+  while (performance.now() - since <= lookMs) {
+    const sentAt = performance.now()
+    if (await listed(to, id, name)) return sentAt - since
+    await sleep(2)
+  }
+  return undefined
 }
 
 /** An update and a delete on `from`: in its own next list at once, in `to`'s within FOLLOW_MS. */
@@ -195,12 +195,7 @@ async function crossInstanceChangeProbe (t: Test, from: Instance, to: Instance, 
       t.equal(answer.status, method === 'PATCH' ? 200 : 204, `${method} ${i}`)
       const answeredAt = performance.now()
       t.ok(await listed(from, id, name), `${method} ${i} on ${from.name} is in its own next list`)
-      let seenAfter: number | undefined
-      while (seenAfter === undefined && performance.now() - answeredAt <= FOLLOW_MS) {
-        const sentAt = performance.now()
-        if (await listed(to, id, name)) seenAfter = sentAt - answeredAt
-        else await sleep(5)
-      }
+      const seenAfter = await firstListed(to, id, name, answeredAt, FOLLOW_MS)
       t.ok(
         seenAfter !== undefined,
         `${method} ${i} on ${from.name} is in ${to.name}'s list ` +
