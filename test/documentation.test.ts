@@ -8,6 +8,7 @@ import { TEST_KEY, listeningApp } from './helpers/app.js'
 import { BUILD_SOURCES, builtCheckout } from './helpers/built-checkout.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
+import { untracked } from './helpers/untracked.js'
 import { EnvSchema } from '../src/config.js'
 import { runMigrations } from '../src/db/migrate.js'
 
@@ -98,7 +99,7 @@ t.test(
     await writeFile(path.join(copy, 'data', 'dev-api-key'), `${TEST_KEY}\n`)
     const env = { ...process.env, PETSTORE_URL: `http://127.0.0.1:${port}` }
     const lastLine = async (): Promise<string | undefined> => {
-      const { stdout } = await run('sh', ['-ec', commands], { cwd: copy, env }).catch((error: { stderr: string }) => {
+      const { stdout } = await run(...untracked('sh', ['-ec', commands]), { cwd: copy, env }).catch((error: { stderr: string }) => {
         throw new Error(`the README's commands failed: ${error.stderr}`)
       })
       return stdout.trim().split('\n').at(-1)
@@ -127,7 +128,7 @@ t.test(
       '--types',
       'node'
     ]
-    const reported = await run(process.execPath, [tsc, ...options, file], { cwd: copy }).then(
+    const reported = await run(...untracked(process.execPath, [tsc, ...options, file]), { cwd: copy }).then(
       () => '',
       (error: { stdout: string }) => error.stdout
     )
@@ -152,7 +153,7 @@ t.test('the documented way to list keys as JSON prints JSON alone, in a checkout
   )
   const copy = await sharedCheckout()
   for (const command of documented) {
-    const { stdout } = await run('sh', ['-ec', command], { cwd: copy, env: { ...process.env, DATABASE_URL: db.url } })
+    const { stdout } = await run(...untracked('sh', ['-ec', command]), { cwd: copy, env: { ...process.env, DATABASE_URL: db.url } })
     // npm's banner ("> petstore@1.0.0 keys") before the JSON makes JSON.parse throw, and the test fail with it.
     t.match(JSON.parse(stdout), [{ id: Number, name: 'documented', scope: 'read' }], `${command}: stdout is the JSON`)
   }

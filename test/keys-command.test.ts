@@ -12,6 +12,7 @@ import { testApp } from './helpers/app.js'
 import { builtCheckout } from './helpers/built-checkout.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
+import { untracked } from './helpers/untracked.js'
 
 /*
  * `npm run keys` as a real process (the run's build: dist/keys/command.js, as npm run keys runs it), on the
@@ -23,8 +24,8 @@ const db = await testDatabase(t)
 await runMigrations(db.url, { info: () => {}, warn: () => {}, error: () => {} })
 const run = promisify(execFile)
 const command = path.join(await builtCheckout(t), 'dist', 'keys', 'command.js')
-/** The command's environment: none of the test's own, and no coverage (the build's files are not the sources'). */
-const BASE_ENV = { PATH: process.env.PATH, HOME: process.env.HOME, _TAPJS_PROCESSINFO_COVERAGE_: '0' }
+/** The command's environment: none of the test's own. */
+const BASE_ENV = { PATH: process.env.PATH, HOME: process.env.HOME }
 
 interface Outcome {
   code: number
@@ -35,7 +36,8 @@ interface Outcome {
 const NO_DATABASE = { DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }
 
 async function keys (args: string[], env: Record<string, string> = { DATABASE_URL: db.url }): Promise<Outcome> {
-  const child = run(process.execPath, [command, ...args], { env: { ...BASE_ENV, ...env }, timeout: 60000 })
+  const options = { env: { ...BASE_ENV, ...env }, timeout: 60000 }
+  const child = run(...untracked(process.execPath, [command, ...args]), options)
   return await child.then(
     ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
     (err: { code: number; stdout: string; stderr: string }) => ({
@@ -199,7 +201,7 @@ t.test('list into a reader that stops early (keys list | head): exit 0, nothing 
   t.teardown(async () => {
     await withClient(db.url, async c => await c.query("DELETE FROM api_keys WHERE name LIKE 'bulk %'"))
   })
-  const child = spawn(process.execPath, [command, 'list'], { env: { ...BASE_ENV, DATABASE_URL: db.url } })
+  const child = spawn(...untracked(process.execPath, [command, 'list']), { env: { ...BASE_ENV, DATABASE_URL: db.url } })
   let stderr = ''
   child.stderr.on('data', (chunk: Buffer) => {
     stderr += chunk.toString()
@@ -222,7 +224,7 @@ const EXIT_AFTER_ANSWER_MS = 15000
 /** The command with no DATABASE_URL; whether it exited within EXIT_AFTER_ANSWER_MS of its first output on stdout. */
 async function keysEmbedded (args: string[], dataDir: string): Promise<Outcome & { exitedInTime: boolean }> {
   const env = { ...BASE_ENV, DATA_DIR: dataDir }
-  const child = spawn(process.execPath, [command, ...args], { env })
+  const child = spawn(...untracked(process.execPath, [command, ...args]), { env })
   let stdout = ''
   let stderr = ''
   child.stdout.on('data', (chunk: Buffer) => {

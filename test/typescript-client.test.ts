@@ -10,6 +10,7 @@ import { createPetstoreClient, type ErrorBody } from '../clients/typescript/src/
 import { TEST_KEY, listeningApp } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { withClient } from './helpers/pg-client.js'
+import { untracked } from './helpers/untracked.js'
 
 /*
  * The TypeScript client against a live service: in the normal id range and with the
@@ -35,7 +36,7 @@ t.teardown(async () => {
 
 const programEnv = { ...process.env, PETSTORE_URL: baseUrl, PETSTORE_API_KEY: TEST_KEY }
 async function runProgram (file: string): Promise<string> {
-  const { stdout } = await run(process.execPath, ['--import', 'tsx', file], { env: programEnv, cwd: work })
+  const { stdout } = await run(...untracked(process.execPath, ['--import', 'tsx', file]), { env: programEnv, cwd: work })
   return stdout.trim()
 }
 
@@ -172,7 +173,7 @@ t.test('consumer programs compile under strict TypeScript with clients from both
     })
   )
   const tsc = path.resolve('node_modules/typescript/bin/tsc')
-  const compiled = await run(process.execPath, [tsc, '-p', path.join(work, 'tsconfig.json')]).then(
+  const compiled = await run(...untracked(process.execPath, [tsc, '-p', path.join(work, 'tsconfig.json')])).then(
     () => '',
     (error: { stdout: string }) => error.stdout
   )

@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process'
 import { cp, mkdir, mkdtemp, rm, symlink } from 'node:fs/promises'
 import path from 'node:path'
 import { promisify } from 'node:util'
+import { untracked } from './untracked.js'
 
 /*
  * The service built as `npm start` builds it, once per test run: scripts/run-tests.ts builds a
@@ -25,7 +26,7 @@ export async function buildCheckout (): Promise<string> {
   const copy = await mkdtemp(path.join(REPO, '.cache', 'built-'))
   for (const entry of BUILD_SOURCES) await cp(path.join(REPO, entry), path.join(copy, entry), { recursive: true })
   for (const entry of LINKED) await symlink(path.join(REPO, entry), path.join(copy, entry))
-  await run('npm', ['run', 'build', '--silent'], { cwd: copy })
+  await run(...untracked('npm', ['run', 'build', '--silent']), { cwd: copy })
   return copy
 }
 

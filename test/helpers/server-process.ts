@@ -3,6 +3,7 @@ import { once } from 'node:events'
 import { serviceNodeFlags } from '../../bench/start-command.js'
 import { builtCheckout } from './built-checkout.js'
 import { freePort } from './ports.js'
+import { untracked } from './untracked.js'
 
 /*
  * The service as a real process, started as `npm start` starts it (the run's build, with npm
@@ -50,33 +51,18 @@ export async function startServer (
   const cwd = options.cwd ?? (await builtCheckout(t))
   const nodeArgs = options.nodeArgs ?? [...serviceNodeFlags(), 'dist/server.js']
   const node = [process.execPath, ...nodeArgs]
-  // As another user through setpriv, without the NODE_OPTIONS tap adds to follow subprocesses: their
-  // coverage files would be written as that user into the test's .tap directory, and fail the exit.
-  const command =
-    options.user === undefined
-      ? node
-      : [
-          'setpriv',
-          `--reuid=${options.user.uid}`,
-          `--regid=${options.user.gid}`,
-          '--clear-groups',
-          'env',
-          '-u',
-          'NODE_OPTIONS',
-          ...node
-        ]
-  const child = spawn(command[0] ?? '', command.slice(1), {
+  // As another user through setpriv: the test runs as root.
+  const line = options.user === undefined
+    ? node
+    : ['setpriv', `--reuid=${options.user.uid}`, `--regid=${options.user.gid}`, '--clear-groups', ...node]
+  const child = spawn(...untracked(line[0] ?? '', line.slice(1)), {
     cwd,
-    // No coverage from the server process: it runs the build, whose source maps name the same src/*.ts as tap's
-    // loader with other maps. A second map for a file made tap's report drop that file's coverage from every test
-    // (seen with tsx's maps in CI: src/ at 100 % with no statements, or 78 %, under the threshold).
     env: {
       PATH: process.env.PATH ?? '',
       HOME: process.env.HOME ?? '/tmp',
       PORT: String(port),
       METRICS_PORT: '0',
       LOG_LEVEL: 'info',
-      _TAPJS_PROCESSINFO_COVERAGE_: '0',
       ...env
     },
     stdio: ['ignore', 'pipe', 'pipe']
