@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
-import { chmod, mkdtemp, readdir, rm, stat } from 'node:fs/promises'
+import { chmod, mkdir, mkdtemp, readdir, rm, stat } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { promisify } from 'node:util'
@@ -136,9 +136,9 @@ t.test(
       'found again, not extracted twice'
     )
     const shared = path.join(dir, 'shared')
-    process.env.KUBE_TOOLS_DIR = shared
-    await kubeTool('helm')
+    await mkdir(shared)
     await chmod(shared, 0o777)
+    process.env.KUBE_TOOLS_DIR = shared
     await t.rejects(kubeTool('helm'), /not a private directory/, 'a directory others can write to is not trusted')
   }
 )
