@@ -5,6 +5,7 @@ import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { BUILT_CHECKOUT_VARIABLE } from '../../helpers/built-checkout.js'
+import { untracked } from '../../helpers/untracked.js'
 import { nextPort } from './ports.js'
 
 /*
@@ -109,7 +110,7 @@ export async function startInstances (t: Teardown, options: InstanceOptions): Pr
     const metricsPort = options.metrics === true ? await nextPort() : 0
     const logFile = path.join(logDir, `instance-${i}.log`)
     const out = openSync(logFile, 'a')
-    const child = spawn(process.execPath, [...flags, 'dist/server.js'], {
+    const child = spawn(...untracked(process.execPath, [...flags, 'dist/server.js']), {
       cwd: serviceDir,
       stdio: ['ignore', out, out],
       env: {
