@@ -19,7 +19,9 @@ t.test('the build leaves an up-to-date dist/ untouched, and compiles again after
   const copy = await mkdtemp(`${built}-build-test-`)
   t.teardown(async () => { await rm(copy, { recursive: true, force: true }) })
   await cp(built, copy, { recursive: true, preserveTimestamps: true, verbatimSymlinks: true })
-  const build = async (): Promise<void> => { await run(...untracked('npm', ['run', 'build', '--silent']), { cwd: copy }) }
+  const build = async (): Promise<void> => {
+    await run(...untracked('npm', ['run', 'build', '--silent']), { cwd: copy })
+  }
   const builtAt = async (): Promise<number> => (await stat(path.join(copy, 'dist', 'server.js'))).mtimeMs
 
   const first = await builtAt()

@@ -99,7 +99,8 @@ t.test(
     await writeFile(path.join(copy, 'data', 'dev-api-key'), `${TEST_KEY}\n`)
     const env = { ...process.env, PETSTORE_URL: `http://127.0.0.1:${port}` }
     const lastLine = async (): Promise<string | undefined> => {
-      const { stdout } = await run(...untracked('sh', ['-ec', commands]), { cwd: copy, env }).catch((error: { stderr: string }) => {
+      const running = run(...untracked('sh', ['-ec', commands]), { cwd: copy, env })
+      const { stdout } = await running.catch((error: { stderr: string }) => {
         throw new Error(`the README's commands failed: ${error.stderr}`)
       })
       return stdout.trim().split('\n').at(-1)
@@ -153,7 +154,8 @@ t.test('the documented way to list keys as JSON prints JSON alone, in a checkout
   )
   const copy = await sharedCheckout()
   for (const command of documented) {
-    const { stdout } = await run(...untracked('sh', ['-ec', command]), { cwd: copy, env: { ...process.env, DATABASE_URL: db.url } })
+    const env = { ...process.env, DATABASE_URL: db.url }
+    const { stdout } = await run(...untracked('sh', ['-ec', command]), { cwd: copy, env })
     // npm's banner ("> petstore@1.0.0 keys") before the JSON makes JSON.parse throw, and the test fail with it.
     t.match(JSON.parse(stdout), [{ id: Number, name: 'documented', scope: 'read' }], `${command}: stdout is the JSON`)
   }

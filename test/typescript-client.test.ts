@@ -36,7 +36,8 @@ t.teardown(async () => {
 
 const programEnv = { ...process.env, PETSTORE_URL: baseUrl, PETSTORE_API_KEY: TEST_KEY }
 async function runProgram (file: string): Promise<string> {
-  const { stdout } = await run(...untracked(process.execPath, ['--import', 'tsx', file]), { env: programEnv, cwd: work })
+  const program = untracked(process.execPath, ['--import', 'tsx', file])
+  const { stdout } = await run(...program, { env: programEnv, cwd: work })
   return stdout.trim()
 }
 
