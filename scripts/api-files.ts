@@ -1,5 +1,7 @@
+import { mkdir, writeFile } from 'node:fs/promises'
+import path from 'node:path'
 import { parseArgs } from 'node:util'
-import { check, generate } from './published-interface.js'
+import { check, generate, servedOpenApi } from './published-interface.js'
 
 /*
  * The published interface from the command line (scripts/published-interface.ts):
@@ -9,20 +11,25 @@ import { check, generate } from './published-interface.js'
  *   check                         fails when one is stale, or when the served document breaks a
  *                                 stable operation of the base document (npm run api:check)
  *   check --base F --document G   only the breaking-change check, between two files
+ *   export FILE                   writes the served document to FILE, for the linter (npm run lint:openapi)
  */
 
 const { positionals, values } = parseArgs({
   allowPositionals: true,
   options: { base: { type: 'string' }, document: { type: 'string' } }
 })
-if (positionals[0] === 'generate') {
+const [command, output] = positionals
+if (command === 'generate') {
   for (const file of await generate()) console.log(`wrote ${file}`)
-} else if (positionals[0] === 'check') {
+} else if (command === 'check') {
   const { errors, notes } = await check(values)
   for (const note of notes) console.log(note)
   for (const error of errors) console.error(error)
   if (errors.length > 0) process.exitCode = 1
+} else if (command === 'export' && output !== undefined) {
+  await mkdir(path.dirname(path.resolve(output)), { recursive: true })
+  await writeFile(output, await servedOpenApi())
 } else {
-  console.error('usage: api-files.ts generate | check [--base FILE] [--document FILE]')
+  console.error('usage: api-files.ts generate | check [--base FILE] [--document FILE] | export FILE')
   process.exitCode = 2
 }

@@ -1,9 +1,10 @@
 import { execFileSync } from 'node:child_process'
 import { readFile, writeFile } from 'node:fs/promises'
+import { buildApp } from '../src/app.js'
+import { loadConfig } from '../src/config.js'
 import { compareDocuments } from './api-compatibility.js'
 import { clientOperations, clientTypes } from './generate-client.js'
 import { generateCollection } from './generate-postman.js'
-import { servedOpenApi } from './served-openapi.js'
 
 /*
  * The published interface as files in the repository, all generated from the document the service
@@ -18,6 +19,30 @@ import { servedOpenApi } from './served-openapi.js'
  */
 
 export const DOCUMENT = 'openapi.json'
+
+/**
+ * The document exactly as GET /docs/openapi.json serves it (its bytes), from the real app without a database:
+ * nothing connects before a request (the change feed's attempts at an address where nothing listens fail quietly).
+ */
+export async function servedOpenApi (): Promise<string> {
+  const NO_DATABASE = 'postgres://openapi-export@127.0.0.1:1/none'
+  const { DATABASE_DIRECT_URL: _direct, ...env } = process.env
+  const config = loadConfig({
+    ...env,
+    DATABASE_URL: NO_DATABASE,
+    API_KEYS: 'openapi-export',
+    LOG_LEVEL: 'silent',
+    METRICS_PORT: '0'
+  })
+  const app = await buildApp({ ...config, databaseUrl: NO_DATABASE })
+  try {
+    const res = await app.inject({ method: 'GET', url: '/docs/openapi.json' })
+    if (res.statusCode !== 200) throw new Error(`GET /docs/openapi.json answered ${res.statusCode}: ${res.body}`)
+    return res.body
+  } finally {
+    await app.close()
+  }
+}
 
 /** Every file generated from the document, and how. */
 export const ARTIFACTS: Record<string, (document: string) => string | Promise<string>> = {
