@@ -1,4 +1,9 @@
 import { readFileSync } from 'node:fs'
+import type { IDeployment } from 'kubernetes-models/apps/v1/Deployment'
+import type { IJob } from 'kubernetes-models/batch/v1/Job'
+import type { IProbe } from 'kubernetes-models/v1/Probe'
+import type { ISecret } from 'kubernetes-models/v1/Secret'
+import type { ISecurityContext } from 'kubernetes-models/v1/SecurityContext'
 import { parseAllDocuments } from 'yaml'
 
 /**
@@ -12,54 +17,11 @@ import { parseAllDocuments } from 'yaml'
  * Prints { image, flags, command, grace, ports, probes, env }: flags go before the image,
  * command after it; env names only (values may be secrets).
  */
-interface SecurityContext {
-  runAsUser?: number
-  runAsGroup?: number
-  runAsNonRoot?: boolean
-  readOnlyRootFilesystem?: boolean
-  allowPrivilegeEscalation?: boolean
-  privileged?: boolean
-  capabilities?: { drop?: string[]; add?: string[] }
-  seccompProfile?: { type: string }
-}
-interface Probe {
-  httpGet?: { path: string; port: string | number }
-  periodSeconds?: number
-  failureThreshold?: number
-}
-interface Container {
-  name: string
-  image: string
-  command?: string[]
-  args?: string[]
-  env?: Array<{
-    name: string
-    value?: string
-    valueFrom?: { secretKeyRef?: { name: string; key: string; optional?: boolean } }
-  }>
-  envFrom?: unknown[]
-  ports?: Array<{ name?: string; containerPort: number }>
-  securityContext?: SecurityContext
-  volumeMounts?: Array<{ name: string; mountPath: string; readOnly?: boolean }>
-  resources?: { limits?: { memory?: string; cpu?: string } }
-  startupProbe?: Probe
-  livenessProbe?: Probe
-  readinessProbe?: Probe
-}
-interface PodSpec {
-  containers: Container[]
-  initContainers?: unknown[]
-  securityContext?: SecurityContext
-  volumes?: Array<{ name: string; emptyDir?: { medium?: string; sizeLimit?: string } }>
-  terminationGracePeriodSeconds?: number
-}
-interface K8sObject {
-  kind: string
-  metadata: { name: string }
-  spec?: { template?: { spec: PodSpec } }
-  stringData?: Record<string, string>
-  data?: Record<string, string>
-}
+
+/** Kubernetes' defaults for what the chart leaves unset. */
+const PROBE_PERIOD_SECONDS = 10
+const PROBE_FAILURE_THRESHOLD = 3
+const GRACE_SECONDS = 30
 
 function fail (message: string): never {
   console.error(`pod-to-docker: ${message}`)
@@ -67,12 +29,12 @@ function fail (message: string): never {
 }
 
 /** Kubernetes quantities as Docker takes them: Mi/Gi to m/g bytes, millicores to CPUs. */
-function memory (quantity: string): string {
-  const m = /^(\d+)(Mi|Gi)$/.exec(quantity) ?? fail(`memory limit ${quantity}: only Mi and Gi are translated`)
+function memory (quantity: string | number): string {
+  const m = /^(\d+)(Mi|Gi)$/.exec(String(quantity)) ?? fail(`memory limit ${quantity}: only Mi and Gi are translated`)
   return `${m[1]}${m[2] === 'Gi' ? 'g' : 'm'}`
 }
-function cpus (quantity: string): string {
-  const m = /^(\d+)(m?)$/.exec(quantity) ?? fail(`cpu limit ${quantity}: not understood`)
+function cpus (quantity: string | number): string {
+  const m = /^(\d+)(m?)$/.exec(String(quantity)) ?? fail(`cpu limit ${quantity}: not understood`)
   return m[2] === 'm' ? String(Number(m[1]) / 1000) : (m[1] as string)
 }
 
@@ -81,20 +43,20 @@ if (file === undefined || (kind !== 'Deployment' && kind !== 'Job')) {
   fail('usage: pod-to-docker.ts RENDERED.yaml Deployment|Job')
 }
 const objects = parseAllDocuments(readFileSync(file, 'utf8'))
-  .map(d => d.toJSON() as K8sObject | null)
-  .filter((o): o is K8sObject => o !== null)
-const owners = objects.filter(o => o.kind === kind)
+  .map(d => d.toJSON() as { kind?: string } | null)
+  .filter(o => o !== null)
+const owners = objects.filter((o): o is IDeployment | IJob => o.kind === kind)
 if (owners.length !== 1) fail(`expected one ${kind}, found ${owners.length}`)
 const pod = owners[0]?.spec?.template?.spec ?? fail(`${kind} has no pod template`)
-if (pod.containers.length !== 1 || (pod.initContainers?.length ?? 0) > 0) {
+const container = pod.containers[0]
+if (container === undefined || pod.containers.length !== 1 || (pod.initContainers?.length ?? 0) > 0) {
   fail('exactly one container and no init containers are translated')
 }
-const container = pod.containers[0] as Container
 if (container.envFrom !== undefined) fail('envFrom is not translated')
 
 const flags: string[] = []
 // Security: the container's settings override the pod's, as in Kubernetes.
-const sc: SecurityContext = { ...pod.securityContext, ...container.securityContext }
+const sc: ISecurityContext = { ...pod.securityContext, ...container.securityContext }
 if (sc.runAsUser === undefined) fail("runAsUser is not set: the uid would be the image's choice")
 if (sc.runAsNonRoot === true && sc.runAsUser === 0) fail('runAsNonRoot with runAsUser 0')
 flags.push('--user', `${sc.runAsUser}:${sc.runAsGroup ?? 0}`)
@@ -121,7 +83,7 @@ if (limits.memory !== undefined) flags.push('--memory', memory(limits.memory), '
 if (limits.cpu !== undefined) flags.push('--cpus', cpus(limits.cpu))
 
 // Environment: plain values and secretKeyRefs resolved from the rendered Secrets.
-const secrets = new Map(objects.filter(o => o.kind === 'Secret').map(o => [o.metadata.name, o]))
+const secrets = new Map(objects.filter((o): o is ISecret => o.kind === 'Secret').map(o => [o.metadata?.name, o]))
 const env: string[] = []
 for (const variable of container.env ?? []) {
   let value = variable.value
@@ -156,14 +118,19 @@ if (container.command !== undefined) {
 }
 
 const ports = Object.fromEntries((container.ports ?? []).map(p => [p.name ?? String(p.containerPort), p.containerPort]))
-const probe = (p: Probe | undefined): unknown => {
+const probe = (p: IProbe | undefined): unknown => {
   if (p === undefined) return undefined
   if (p.httpGet === undefined) fail('only httpGet probes are translated')
   const port =
     typeof p.httpGet.port === 'number'
       ? p.httpGet.port
       : (ports[p.httpGet.port] ?? fail(`probe port ${p.httpGet.port} is not a container port`))
-  return { path: p.httpGet.path, port, periodSeconds: p.periodSeconds ?? 10, failureThreshold: p.failureThreshold ?? 3 }
+  return {
+    path: p.httpGet.path,
+    port,
+    periodSeconds: p.periodSeconds ?? PROBE_PERIOD_SECONDS,
+    failureThreshold: p.failureThreshold ?? PROBE_FAILURE_THRESHOLD
+  }
 }
 
 console.log(
@@ -172,7 +139,7 @@ console.log(
     flags,
     command,
     env,
-    grace: pod.terminationGracePeriodSeconds ?? 30,
+    grace: pod.terminationGracePeriodSeconds ?? GRACE_SECONDS,
     ports,
     probes: {
       startup: probe(container.startupProbe),
