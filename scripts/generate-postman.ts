@@ -15,6 +15,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js'
  */
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+const RANDOM_ID_KEYS = ['id', '_postman_id', 'postman_id']
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace']
 
@@ -173,23 +174,12 @@ async function portmanConfig (document: Document): Promise<object> {
 function withoutRandomIds (value: unknown): unknown {
   if (Array.isArray(value)) return value.map(withoutRandomIds)
   if (value === null || typeof value !== 'object') return value
-  return Object.fromEntries(
-    Object.entries(value)
-      .filter(
-        ([key, item]) =>
-          !(['id', '_postman_id', 'postman_id'].includes(key) && typeof item === 'string' && UUID.test(item))
-      )
-      .filter(
-        ([key, item]) =>
-          !(
-            key === '_' &&
-            typeof item === 'object' &&
-            item !== null &&
-            Object.keys(withoutRandomIds(item) as object).length === 0
-          )
-      )
-      .map(([key, item]) => [key, withoutRandomIds(item)])
-  )
+  const kept = Object.entries(value)
+    .filter(([key, item]) => !(RANDOM_ID_KEYS.includes(key) && typeof item === 'string' && UUID.test(item)))
+    .map(([key, item]) => [key, withoutRandomIds(item)] as const)
+    // Portman's `_` holds only its ids: empty once they are gone.
+    .filter(([key, item]) => !(key === '_' && typeof item === 'object' && item !== null && Object.keys(item).length === 0))
+  return Object.fromEntries(kept)
 }
 
 /** Runs Portman on the document (its text) and returns the collection as the file's text. */
@@ -205,22 +195,14 @@ export async function generateCollection (document: string): Promise<string> {
     const run = spawnSync(
       path.join(root, 'node_modules', '.bin', 'portman'),
       [
-        '--local',
-        documentFile,
-        '--portmanConfigFile',
-        configFile,
-        '--postmanConfigFile',
-        path.join(root, 'postman', 'postman-config.json'),
-        '--output',
-        output,
-        '--collectionName',
-        'Petstore API',
-        '--envFile',
-        path.join(work, 'none.env'),
-        '--logAssignVariables',
-        'false',
-        '--warn',
-        'false'
+        '--local', documentFile,
+        '--portmanConfigFile', configFile,
+        '--postmanConfigFile', path.join(root, 'postman', 'postman-config.json'),
+        '--output', output,
+        '--collectionName', 'Petstore API',
+        '--envFile', path.join(work, 'none.env'),
+        '--logAssignVariables', 'false',
+        '--warn', 'false'
       ],
       { cwd: work, encoding: 'utf8' }
     )
