@@ -1,23 +1,10 @@
 #!/usr/bin/env bash
 # The service as deployed, on the machine's container engine (docker, or podman where that is what answers):
 #   bash scripts/test-deployment.sh MODE...    MODE: image, helm or compose (compose needs docker)
+# What each mode checks: docs/deployment.md, "Tests" (test:container, test:helm-image, test:compose).
 # Builds the image once per run; image and helm share one PostgreSQL container on a private network, a database
 # each. Prints every check as "ok" or "FAIL", exits 1 if any failed. Leaves nothing behind (containers, networks,
 # volumes, the image it built under a unique tag), also on failure, and checks that at the end.
-#
-# image    run as deployed (read-only root, no capabilities): USER node, HEALTHCHECK present and passing, no dev
-#          dependencies, refusal to start without DATABASE_URL or keys naming only what is missing, non-root, the
-#          API, metrics on their own port only, no key in the log, exit 0 within the grace period on SIGTERM with
-#          keep-alive clients attached; an arbitrary uid; a second SIGTERM cuts the drain short.
-# helm     the chart's migration Job and Deployment containers, rendered by helm and run with the pod's constraints
-#          (scripts/pod-to-docker.ts): the migration applies the schema (0), again (0), an unreachable database
-#          and a release without secrets (1); the three probes within the startup budget; uid 1000, read-only root;
-#          the API as in image; a key issued in the pod's container; SIGTERM within the rendered grace period.
-# compose  docker-compose.yml as written, throwaway project, running the image built here (PETSTORE_IMAGE,
-#          `up --no-build`): an unfilled .env refused; .env from scripts/create-env.sh; one build: for migrate and
-#          api; db healthy, migration job exit 0; each service gets only its own variables; the API as in image;
-#          the service's own role and statement timeout; managed keys issued and revoked with `compose run`; data
-#          kept across down/up; `stop` exits 0 within the grace period; `down -v` leaves nothing of the project.
 #
 # Environment (all optional):
 #   CONTAINER_ENGINE=docker|podman   POSTGRES_IMAGE=postgres:18-bookworm
@@ -328,19 +315,14 @@ json() {
   node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")); const v = eval(process.argv[2])
     process.stdout.write(typeof v === "object" ? JSON.stringify(v) : String(v ?? ""))' "$1" "$2"
 }
-# json_list FILE EXPRESSION: an array of strings, NUL-separated (for mapfile -d '').
-json_list() {
-  node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"))
-    for (const a of eval(process.argv[2])) process.stdout.write(a + "\0")' "$1" "$2"
-}
 pod_spec() { node --import tsx scripts/pod-to-docker.ts "$1" "$2" || die "the $2's pod cannot be run as rendered"; }
 
 # run_pod SPEC NAME [docker flags...]: runs the spec's container; extra flags come last, so they win.
 run_pod() {
   local spec=$1 name=$2 flags command
   shift 2
-  mapfile -d '' flags < <(json_list "$spec" j.flags)
-  mapfile -d '' command < <(json_list "$spec" j.command)
+  mapfile -d '' flags < <(json "$spec" 'j.flags.join("\0")')
+  mapfile -d '' command < <(json "$spec" 'j.command.join("\0")')
   "$engine" run --name "$name" --network "$network" "${flags[@]}" "$@" "$(json "$spec" j.image)" "${command[@]}"
 }
 
