@@ -1,21 +1,15 @@
 // Watches one instance through a graceful shutdown, as a load balancer and its clients would.
-//
-//   node scripts/shutdown-probe.mjs BASE_URL API_KEY -- COMMAND [ARGS...]
-//
-// Before running COMMAND (which must deliver SIGTERM to the instance), it attaches
-//  - a keep-alive client (one reused socket) that keeps sending GET /v1/categories,
-//  - an idle keep-alive socket that sent one request and then never speaks or closes again
-//    (a client that could hold the process open if the server waited for keepAliveTimeout).
-// After COMMAND it polls GET /health/ready on fresh connections and records:
-//  - ms until ready answered 503, how many API requests still succeeded during the drain,
-//  - whether every response after the signal carried `Connection: close`,
-//  - any request that failed other than by a refused new connection once the listener closed
-//    (or, through a port-forwarding proxy such as docker-proxy, one accepted and dropped).
-// Prints one JSON line and exits 0 when the shutdown behaved, 1 otherwise. Bounded: 60 s.
+//   node scripts/shutdown-probe.mjs BASE_URL API_KEY -- COMMAND [ARGS...]   (COMMAND delivers SIGTERM)
+// Before COMMAND: a keep-alive client that keeps listing, and an idle keep-alive socket that never speaks again (one
+// that could hold the process open until keepAliveTimeout). After it: ready must turn 503 at once, every answer
+// carry `Connection: close`, no request fail but a new connection refused once the listener closed (or, through a
+// port-forwarding proxy such as docker-proxy, accepted and dropped), and the idle socket be closed by the server.
+// Prints one JSON line; exits 0 when the shutdown behaved, 1 otherwise. Bounded: 60 s.
 import http from 'node:http'
 import net from 'node:net'
 import { spawnSync } from 'node:child_process'
 import process from 'node:process'
+import { setTimeout as sleep } from 'node:timers/promises'
 
 const sep = process.argv.indexOf('--')
 const [base, key] = process.argv.slice(2, sep)
@@ -27,7 +21,11 @@ if (sep < 0 || !base || !key || killCmd.length === 0) {
 const target = new URL(base)
 /** How soon after SIGTERM readiness must answer 503. */
 const READY_503_WITHIN_MS = 1000
-const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
+const BOUND_MS = 60_000
+const REQUEST_TIMEOUT_MS = 5000
+const POLL_MS = 100
+/** How long the server may take to close the idle socket after the listener closed. */
+const IDLE_CLOSE_MS = 5000
 const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 1 })
 
 function request (path, { agent = false, headers = {} } = {}) {
@@ -39,7 +37,7 @@ function request (path, { agent = false, headers = {} } = {}) {
         path,
         agent,
         headers,
-        timeout: 5000
+        timeout: REQUEST_TIMEOUT_MS
       },
       res => {
         res.resume()
@@ -109,7 +107,7 @@ const result = {
 const listenerGone = err =>
   err.code === 'ECONNREFUSED' ||
   (err.code === 'ECONNRESET' && !err.reusedSocket && result.readyTurned503AfterMs !== null)
-const deadline = signalledAt + 60_000
+const deadline = signalledAt + BOUND_MS
 while (Date.now() < deadline) {
   let closed = false
   try {
@@ -139,10 +137,11 @@ while (Date.now() < deadline) {
     result.listenerClosedSeenAs = closed
     break
   }
-  await sleep(100)
+  await sleep(POLL_MS)
 }
 // Give the idle socket a moment to be closed by the server if it has not been already.
-for (let i = 0; i < 50 && idleState.closedAt === null; i++) await sleep(100)
+const idleDeadline = Date.now() + IDLE_CLOSE_MS
+while (idleState.closedAt === null && Date.now() < idleDeadline) await sleep(POLL_MS)
 result.idleKeepAliveClosedAfterMs = idleState.closedAt === null ? null : idleState.closedAt - signalledAt
 idle.destroy()
 keepAlive.destroy()
@@ -152,7 +151,7 @@ if (ready503 === null || ready503 - result.killCommandMs > READY_503_WITHIN_MS) 
   result.failures.push(`ready did not turn 503 within ${READY_503_WITHIN_MS} ms of SIGTERM`)
 }
 if (result.drainApiWithoutConnectionClose > 0) result.failures.push('responses after SIGTERM without Connection: close')
-if (result.listenerClosedAfterMs === null) result.failures.push('listener still open after 60 s')
+if (result.listenerClosedAfterMs === null) result.failures.push(`listener still open after ${BOUND_MS / 1000} s`)
 if (result.idleKeepAliveClosedAfterMs === null) result.failures.push('idle keep-alive socket left open by the server')
 result.ok = result.failures.length === 0
 console.log(JSON.stringify(result))
