@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The service as deployed, on the machine's container engine (docker, or podman where that is what answers):
 #   bash scripts/test-deployment.sh MODE...    MODE: image, helm or compose (compose needs docker)
-# What each mode checks: docs/deployment.md's tests tables (test:container and test:compose; test:helm-image under Kubernetes).
+# What each mode checks: docs/deployment.md's tables of tests (test:container and test:compose under Tests,
+# test:helm-image under Kubernetes).
 # Builds the image once per run; image and helm share one PostgreSQL container on a private network, a database
 # each. Prints every check as "ok" or "FAIL", exits 1 if any failed. Leaves nothing behind (containers, networks,
 # volumes, the image it built under a unique tag), also on failure, and checks that at the end.
