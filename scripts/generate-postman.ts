@@ -171,14 +171,17 @@ async function portmanConfig (document: Document): Promise<object> {
  * Portman gives every item, event and script a random UUID: without them (Postman and Newman
  * make their own on import) the same document always gives the same file, which a test compares.
  */
+/** Portman's `_` holds only its ids: empty once they are gone. */
+const emptyIdHolder = (key: string, item: unknown): boolean =>
+  key === '_' && typeof item === 'object' && item !== null && Object.keys(item).length === 0
+
 function withoutRandomIds (value: unknown): unknown {
   if (Array.isArray(value)) return value.map(withoutRandomIds)
   if (value === null || typeof value !== 'object') return value
   const kept = Object.entries(value)
     .filter(([key, item]) => !(RANDOM_ID_KEYS.includes(key) && typeof item === 'string' && UUID.test(item)))
     .map(([key, item]) => [key, withoutRandomIds(item)] as const)
-    // Portman's `_` holds only its ids: empty once they are gone.
-    .filter(([key, item]) => !(key === '_' && typeof item === 'object' && item !== null && Object.keys(item).length === 0))
+    .filter(([key, item]) => !emptyIdHolder(key, item))
   return Object.fromEntries(kept)
 }
 
