@@ -58,6 +58,6 @@ STOPSIGNAL SIGTERM
 # node runs as PID 1 on purpose: the app installs its own SIGTERM/SIGINT handlers
 # (close-with-grace), so the signal is not ignored, and it spawns no children to reap.
 # `docker run --init` / compose `init: true` also works if a reaper is wanted.
-# The flags are npm start's (package.json), checked equal by test/start-command.test.ts;
+# The flags are npm start's (package.json), checked equal by test/startup/start-command.test.ts;
 # docs/performance.md says why the young generation is capped.
 CMD ["node", "--max-semi-space-size=8", "--max-old-space-size=512", "--import", "./dist/telemetry.js", "dist/server.js"]

@@ -2,7 +2,7 @@ import cors from '@fastify/cors'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 
-/** Every method a route under /v1 answers (test/cors.test.ts checks the routes against it). */
+/** Every method a route under /v1 answers (test/http/cors.test.ts checks the routes against it). */
 export const CORS_METHODS = ['GET', 'HEAD', 'POST', 'PATCH', 'DELETE']
 
 // Registered before auth and the rate limits: a page can read every Error body, and a preflight (which never carries

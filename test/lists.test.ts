@@ -1,0 +1,3 @@
+import { runFolder } from './helpers/folder.js'
+
+await runFolder(new URL('./lists/', import.meta.url))
