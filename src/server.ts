@@ -97,7 +97,10 @@ try {
   process.exit(1)
 }
 const logger = {
-  error: (m: string) => { if (listening === undefined) console.error(`petstore: ${m}`); else listening.log.error(m) }
+  error: (m: string) => {
+    if (listening === undefined) console.error(`petstore: ${m}`)
+    else listening.log.error(m)
+  }
 }
 // When the shutdown began: Ctrl-C reaches every process of the terminal's group, and a watcher (npm run dev) relays
 // it to the service, which has it already. A SIGINT within RELAYED_SIGINT_MS of that is the same Ctrl-C.

@@ -49,7 +49,9 @@ export class DatabaseServers {
   }
 
   /** Called whenever a new connection finds that the address leads to another server. */
-  onMove (listener: () => void): void { this.moveListeners.push(listener) }
+  onMove (listener: () => void): void {
+    this.moveListeners.push(listener)
+  }
 
   confirmReplicated (client: pg.ClientBase): void {
     if (this.unreplicated.has(client)) {

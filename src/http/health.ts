@@ -69,7 +69,9 @@ function registerReadinessGauges (app: FastifyInstance, notReady: () => Promise<
     name: 'health_ready',
     help: '1 while GET /health/ready answers 200, 0 while it answers 503',
     registers,
-    async collect () { this.set((await check()) === undefined ? 1 : 0) }
+    async collect () {
+      this.set((await check()) === undefined ? 1 : 0)
+    }
   })
   new Gauge({
     name: 'health_not_ready',

@@ -53,7 +53,9 @@ void {
     name: 'api_keys_active',
     help: 'Managed API keys that authenticate now, as last read from the database',
     registers,
-    collect () { this.set(store.activeCount) }
+    collect () {
+      this.set(store.activeCount)
+    }
   })
   new Counter({
     name: 'api_keys_reload_failures_total',

@@ -123,12 +123,18 @@ export function clientErrorHandler (err: ClientError, socket: Socket): void {
   refused.add(socket)
   const res = answering.get(socket)
   const answer = (): void => { writeRawError(socket, clientError(err)) }
-  if (res === undefined || (!res.req.complete && !res.headersSent)) return answer()
+  if (res === undefined || (!res.req.complete && !res.headersSent)) {
+    answer()
+    return
+  }
   // The next request in the pipeline is bad: its answer follows the one before. A bad body after its request
   // was answered (a 401 before the body is read): close, no second answer.
-  const then = res.req.complete ? answer : () => socket.destroy()
-  if (res.writableFinished) then()
-  else res.once('close', then)
+  const afterIt = (): void => {
+    if (res.req.complete) answer()
+    else socket.destroy()
+  }
+  if (res.writableFinished) afterIt()
+  else res.once('close', afterIt)
 }
 
 // Node's own answers, in our shape: `route` serves a request whose expectation Node would refuse bare.

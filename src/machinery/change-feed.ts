@@ -105,20 +105,26 @@ export class ChangeFeed {
       help: '1 while the change feed hears notifications (its last probe was echoed) and cached lists and keys may ' +
         'be used; 0: lists are read from the database and keys polled',
       registers,
-      collect () { this.set(feed.listening ? 1 : 0) }
+      collect () {
+        this.set(feed.listening ? 1 : 0)
+      }
     })
     new Gauge({
       name: 'change_feed_echo_seconds',
       help: 'Time from sending the change feed\'s last heard probe notification to its echo',
       registers,
-      collect () { this.set(feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000) }
+      collect () {
+        this.set(feed.lastEchoMs === undefined ? NaN : feed.lastEchoMs / 1000)
+      }
     })
     new Gauge({
       name: 'change_feed_connection_info',
       help: 'The setting whose connection the change feed listens on (DATABASE_DIRECT_URL or DATABASE_URL)',
       labelNames: ['connection'],
       registers,
-      collect () { this.labels(feed.connectionName).set(1) }
+      collect () {
+        this.labels(feed.connectionName).set(1)
+      }
     })
     /* eslint-enable no-new */
   }
