@@ -167,14 +167,14 @@ async function portmanConfig (document: Document): Promise<object> {
   }
 }
 
-/**
- * Portman gives every item, event and script a random UUID: without them (Postman and Newman
- * make their own on import) the same document always gives the same file, which a test compares.
- */
 /** Portman's `_` holds only its ids: empty once they are gone. */
 const emptyIdHolder = (key: string, item: unknown): boolean =>
   key === '_' && typeof item === 'object' && item !== null && Object.keys(item).length === 0
 
+/**
+ * Portman gives every item, event and script a random UUID: without them (Postman and Newman
+ * make their own on import) the same document always gives the same file, which a test compares.
+ */
 function withoutRandomIds (value: unknown): unknown {
   if (Array.isArray(value)) return value.map(withoutRandomIds)
   if (value === null || typeof value !== 'object') return value
