@@ -11,8 +11,8 @@ import { testDatabase } from '../helpers/database.js'
 // Read, update, delete and paging of categories (docs/api.md), on two instances of one database.
 const db = await testDatabase(t)
 const { app: a } = await testApp(t, db.url)
-const admin = new pg.Client({ connectionString: db.url })
-await admin.connect()
+// A pool: the property test below sends a step's SQL updates at once, each on a connection of its own.
+const admin = new pg.Pool({ connectionString: db.url })
 t.teardown(async () => {
   await admin.end()
 })
