@@ -123,8 +123,9 @@ async function startAfterOrphanedInitdb (
   first.child.kill('SIGKILL')
   await first.exited
   const orphans = await initdbsUnder(dir)
-  t.teardown(() => {
-    for (const pid of orphans) if (isAlive(pid)) process.kill(pid, 'SIGKILL')
+  t.teardown(async () => {
+    // Only an orphan still building under `dir`: by now its pid may be another process's (pids come round).
+    for (const pid of await initdbsUnder(dir)) if (orphans.includes(pid)) process.kill(pid, 'SIGKILL')
   })
   t.ok(orphans.length > 0, 'initdb outlived the start killed mid-bootstrap')
   if (collide) for (const pid of orphans) process.kill(pid, 'SIGSTOP')
