@@ -157,6 +157,16 @@ export async function startPostgresContainer (
     .withLabels({ [CONTAINER_LABEL]: String(process.pid) })
     // Two test files at a time, each with several pools: the image's default 100 is tight.
     .withCommand(['postgres', '-c', 'max_connections=200'])
+    // Not the library's default check (`sh -c pg_isready` every 250 ms, killed after 1 s): on a loaded machine the
+    // engine killed the shell, its orphaned pg_isready became a child of the server (PID 1) and died of SIGPIPE, and
+    // PostgreSQL restarted as after a crash ("untracked child process ... terminated by signal 13", then "the
+    // database system is in recovery mode"). Without a shell nothing is orphaned; the longer timeout kills less.
+    .withHealthCheck({
+      test: ['CMD', 'pg_isready', '--host', '127.0.0.1', '--username', 'test', '--dbname', 'test'],
+      interval: 1000,
+      timeout: 10_000,
+      retries: 120
+    })
   if (entrypoint !== undefined) container.withEntrypoint(entrypoint)
   try {
     const started = await container.start()
