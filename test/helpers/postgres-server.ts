@@ -161,8 +161,9 @@ export async function startPostgresContainer (
     // engine killed the shell, its orphaned pg_isready became a child of the server (PID 1) and died of SIGPIPE, and
     // PostgreSQL restarted as after a crash ("untracked child process ... terminated by signal 13", then "the
     // database system is in recovery mode"). Without a shell nothing is orphaned; the longer timeout kills less.
+    // pg_isready needs no user or database to tell whether the server accepts connections.
     .withHealthCheck({
-      test: ['CMD', 'pg_isready', '--host', '127.0.0.1', '--username', 'test', '--dbname', 'test'],
+      test: ['CMD', 'pg_isready', '--host', '127.0.0.1'],
       interval: 1000,
       timeout: 10_000,
       retries: 120
