@@ -164,10 +164,7 @@ t.test(
     t.teardown(async () => {
       await proxy.close()
     })
-    const { app } = await testApp(t, proxy.url(db.url), {
-      DB_CONNECTION_TIMEOUT_MS: '300',
-      RATE_LIMIT_AUTH_FAILURES: '1000000'
-    })
+    const { app } = await testApp(t, proxy.url(db.url), { RATE_LIMIT_AUTH_FAILURES: '1000000' })
     const known = await issue('read')
     const revoked = await issue('read')
     await app.apiKeys.reload()

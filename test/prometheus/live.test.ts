@@ -43,8 +43,7 @@ const service = await startServer(t, {
   REDIS_URL: `redis://127.0.0.1:${await freePort()}`,
   TRUST_PROXY: 'true',
   RATE_LIMIT_AUTH_FAILURES: '3',
-  RATE_LIMIT_WINDOW_MS: '1000',
-  DB_CONNECTION_TIMEOUT_MS: '500'
+  RATE_LIMIT_WINDOW_MS: '1000'
 })
 const api = `http://127.0.0.1:${service.port}`
 
