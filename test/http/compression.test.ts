@@ -5,6 +5,7 @@ import t from 'tap'
 import { negotiateEncoding } from '../../src/http/content-coding.js'
 import { AUTH, json, listeningApp, metric, until } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
+import { expectedListBody } from '../helpers/list-body.js'
 import { listTag } from '../helpers/list-tag.js'
 
 const db = await testDatabase(t)
@@ -15,13 +16,7 @@ t.teardown(async () => {
   await admin.end()
 })
 
-/** The list body, built from the table by this test's own code, not the service's. */
-async function expectedBody (): Promise<string> {
-  const { rows } = await admin.query<{ id: string; name: string; description: string | null }>(
-    'SELECT id::text, name, description FROM categories ORDER BY categories.id'
-  )
-  return `[${rows.map(c => `{"id":${c.id},"name":${JSON.stringify(c.name)}${c.description === null ? '' : `,"description":${JSON.stringify(c.description)}`}}`).join(',')}]`
-}
+const expectedBody = async (): Promise<string> => await expectedListBody(admin)
 
 interface Got {
   status: number
@@ -195,7 +190,8 @@ t.test('compressed once per list version and coding, however many read it; a cre
 t.test('a list over 1 MiB, sent in parts, compresses to exactly its bytes', async t => {
   // Hex descriptions compress to about half: the compressed body is over 1 MiB as well, in parts of its own.
   await admin.query(`INSERT INTO categories (name, description)
-    SELECT 'Bulk ' || i, md5(i::text) || md5(i::text || 'a') || md5(i::text || 'b') || md5(i::text || 'c') FROM generate_series(1, 20000) AS i`)
+    SELECT 'Bulk ' || i, md5(i::text) || md5(i::text || 'a') || md5(i::text || 'b') || md5(i::text || 'c')
+    FROM generate_series(1, 20000) AS i`)
   const expected = await expectedBody()
   t.ok(expected.length > 3 * 1024 * 1024, `the list has ${expected.length} bytes`)
   await until('the list has the bulk rows', async () => (await get()).raw.toString() === expected, 20000, 50)

@@ -19,6 +19,7 @@ import { ListCache, type ListSource } from '../../src/machinery/list-cache.js'
 import type { ListBody } from '../../src/machinery/segmented-list.js'
 import { testApp, AUTH, json, metric, until } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
+import { categoryJson, expectedListBody } from '../helpers/list-body.js'
 
 const db = await testDatabase(t)
 const dbUrl = db.url
@@ -39,16 +40,7 @@ async function create (app: FastifyInstance, name: string): Promise<number> {
   return res.json().id
 }
 
-/** A category as the contract writes it (int8 id as a bare number, description only when present). */
-const categoryJson = (c: { id: bigint | string; name: string; description?: string | null }): string =>
-  `{"id":${c.id},"name":${JSON.stringify(c.name)}${c.description === null || c.description === undefined ? '' : `,"description":${JSON.stringify(c.description)}`}}`
-/** The list body, built from the table by this test's own code, not the service's. */
-async function expectedBody (): Promise<string> {
-  const { rows } = await admin.query<{ id: string; name: string; description: string | null }>(
-    'SELECT id::text, name, description FROM categories ORDER BY categories.id'
-  )
-  return `[${rows.map(categoryJson).join(',')}]`
-}
+const expectedBody = async (): Promise<string> => await expectedListBody(admin)
 /**
  * The list's tag, computed here from the table: the SHA-1 of the SHA-1s of its segments, each the JSON of the rows
  * whose ids share id / 4096, joined by commas (machinery/segmented-list.ts).
@@ -218,9 +210,8 @@ t.test(
 
 t.test('an own row whose id sorts before the last listed one is added in id order, without a rebuild', async t => {
   // A row from elsewhere whose id is far above the sequence: later creates get lower ids.
-  const { rows } = await admin.query<{ id: string }>(
-    "INSERT INTO categories (id, name) SELECT last_value + 1000000, 'high id from elsewhere' FROM categories_id_seq RETURNING id::text"
-  )
+  const { rows } = await admin.query<{ id: string }>(`INSERT INTO categories (id, name)
+    SELECT last_value + 1000000, 'high id from elsewhere' FROM categories_id_seq RETURNING id::text`)
   const high = Number(rows[0]?.id)
   await until('A lists the high id', async () => (await list(a)).some(c => c.id === high))
   const refreshes = await reads(a, 'refresh')
@@ -359,7 +350,8 @@ t.test('listener killed: the list comes from the database until the feed is back
   await list(a)
   const drops = await metric(a, 'change_feed_drops_total')
   const { rowCount } = await admin.query(
-    'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()',
+    `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+    WHERE application_name = $1 AND datname = current_database()`,
     [LISTENER_APPLICATION_NAME]
   )
   t.equal(rowCount, 2, 'one listening connection per instance')
@@ -516,7 +508,8 @@ t.test('the list cache on its own: own rows committed while a build reads the ta
 })
 
 t.test(
-  'a feed that cannot prove it hears never serves from the cache, warns once naming the setting to fix, and then tries less often',
+  'a feed that cannot prove it hears never serves from the cache, warns once naming the setting to fix, ' +
+    'and then tries less often',
   async t => {
     const db = database(t, { max: 2 })
     const repository = categoriesOf(db)
@@ -591,7 +584,8 @@ t.test(
 )
 
 t.test(
-  "a busy pool is not a deaf feed: the probe takes no request's place in the wait queue, and waiting for a connection is not missing an echo",
+  "a busy pool is not a deaf feed: the probe takes no request's place in the wait queue, " +
+    'and waiting for a connection is not missing an echo',
   async t => {
     // One connection, one place in the queue: the probe must neither take that place from a request nor count its wait
     // against its echo.
@@ -645,7 +639,8 @@ t.test(
 
 t.test('a list longer than one chunk (1000 rows) is read in chunks and comes out byte for byte the same', async t => {
   await admin.query(`INSERT INTO categories (name, description)
-    SELECT 'bulk ' || i || ' "' || chr(233) || '"', CASE WHEN i % 3 = 0 THEN 'tab' || chr(9) || i END FROM generate_series(1, 2500) AS i`)
+    SELECT 'bulk ' || i || ' "' || chr(233) || '"', CASE WHEN i % 3 = 0 THEN 'tab' || chr(9) || i END
+    FROM generate_series(1, 2500) AS i`)
   const total = Number((await admin.query<{ n: string }>('SELECT count(*) AS n FROM categories')).rows[0]?.n)
   await until('A lists every row', async () => (await list(a)).length === total)
   const res = await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })

@@ -7,6 +7,7 @@ import { generateKey, keyPrefix } from '../../src/keys/store.js'
 import { DESCRIPTION_PATTERN, NAME_PATTERN } from '../../src/shared/text-rules.js'
 import { AUTH, json, metric, testApp, until } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
+import { expectedListBody } from '../helpers/list-body.js'
 
 // Read, update, delete and paging of categories (docs/api.md), on two instances of one database.
 const db = await testDatabase(t)
@@ -75,19 +76,7 @@ const patch = async (
 const list = async (app: FastifyInstance): Promise<Category[]> =>
   (await send(app, { method: 'GET', url: '/v1/categories' })).json()
 
-/** The list body, built from the table by this test's own code, not the service's. */
-async function expectedBody (): Promise<string> {
-  const { rows } = await admin.query<{ id: string; name: string; description: string | null }>(
-    'SELECT id::text, name, description FROM categories ORDER BY categories.id'
-  )
-  return `[${rows
-    .map(
-      row =>
-        `{"id":${row.id},"name":${JSON.stringify(row.name)}` +
-        `${row.description === null ? '' : `,"description":${JSON.stringify(row.description)}`}}`
-    )
-    .join(',')}]`
-}
+const expectedBody = async (): Promise<string> => await expectedListBody(admin)
 
 const stored = async (id: number): Promise<unknown> =>
   (await admin.query('SELECT id::int, name, description FROM categories WHERE id = $1', [id])).rows[0]

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
+import { categoryJson, categoryRows } from '../helpers/list-body.js'
 import { withClient } from '../helpers/pg-client.js'
 import { DebianCluster } from './helpers/clusters.js'
 import { startInstances, type Instance } from './helpers/instances.js'
@@ -18,9 +19,6 @@ import { auditLoad, startLoad, tableRows } from './helpers/load.js'
 const SEED_ROWS = 5000
 const LOAD_MS = 5000
 
-const categoryJson = (c: { id: string; name: string; description: string | null }): string =>
-  `{"id":${c.id},"name":${JSON.stringify(c.name)}${c.description === null ? '' : `,"description":${JSON.stringify(c.description)}`}}`
-
 async function metric (instance: Instance, name: string, labels: string): Promise<number> {
   const text = await (await fetch(instance.metricsUrl ?? '')).text()
   const line = text.split('\n').find(l => l.startsWith(`${name}${labels} `))
@@ -36,7 +34,8 @@ t.test(
     const apiKey = `topology-${randomBytes(8).toString('hex')}`
     const instances = await startInstances(t, { count: 3, databaseUrl, apiKey, metrics: true })
     await cluster.query(
-      "INSERT INTO categories (name, description) SELECT 'seeded ' || i, CASE WHEN i % 3 = 0 THEN 'd' || i END FROM generate_series(1, $1::int) AS i",
+      `INSERT INTO categories (name, description)
+      SELECT 'seeded ' || i, CASE WHEN i % 3 = 0 THEN 'd' || i END FROM generate_series(1, $1::int) AS i`,
       [SEED_ROWS],
       'petstore'
     )
@@ -80,13 +79,7 @@ t.test(
     }
     await auditLoad(t, result, { databaseUrl, instances, before, stopInstances: false })
 
-    const { rows } = await withClient(
-      databaseUrl,
-      async client =>
-        await client.query<{ id: string; name: string; description: string | null }>(
-          'SELECT id::text, name, description FROM categories ORDER BY categories.id'
-        )
-    )
+    const rows = await withClient(databaseUrl, categoryRows)
     t.ok(
       rows.some(row => row.id === early && BigInt(early) < BigInt(rows.at(-1)?.id ?? 0)),
       `the early id ${early ?? ''} committed after later ids`
