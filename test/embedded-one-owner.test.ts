@@ -37,7 +37,8 @@ function stackFree (output: string): boolean {
 }
 
 t.test(
-  'a second start on the same DATA_DIR (another PORT, the same METRICS_PORT) refuses in one line; the first keeps serving',
+  'a second start on the same DATA_DIR (another PORT, the same METRICS_PORT) refuses in one line; ' +
+    'the first keeps serving',
   async t => {
     const dir = await dataDir()
     const metricsPort = String(await freePort())
@@ -201,7 +202,8 @@ t.test('a postgres that no petstore lock names is not ours to stop: the start re
   t.match(
     second.output(),
     new RegExp(
-      `petstore: an embedded PostgreSQL \\(pid ${postgresPid}\\) already runs on ${dir}/postgres and no petstore process owns it; stop it \\(kill ${postgresPid}\\)`
+      `petstore: an embedded PostgreSQL \\(pid ${postgresPid}\\) already runs on ${dir}/postgres ` +
+        `and no petstore process owns it; stop it \\(kill ${postgresPid}\\)`
     )
   )
   t.ok(stackFree(second.output()), 'no stack trace')

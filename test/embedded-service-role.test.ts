@@ -48,7 +48,8 @@ async function psql (t: Test, dir: string, role: string, passwordFile: string): 
 async function serviceSessionRoles (superuser: pg.Client): Promise<unknown[]> {
   const { rows } = await superuser.query(
     `
-    SELECT DISTINCT usename, rolsuper, rolcreaterole, rolcreatedb FROM pg_stat_activity JOIN pg_roles ON rolname = usename
+    SELECT DISTINCT usename, rolsuper, rolcreaterole, rolcreatedb
+    FROM pg_stat_activity JOIN pg_roles ON rolname = usename
     WHERE application_name LIKE 'petstore/%' OR application_name = $1`,
     [LISTENER_APPLICATION_NAME]
   )
@@ -58,7 +59,8 @@ async function serviceSessionRoles (superuser: pg.Client): Promise<unknown[]> {
 async function owners (superuser: pg.Client): Promise<unknown[]> {
   const { rows } = await superuser.query(`
     SELECT 'database' AS kind, pg_get_userbyid(datdba) AS owner FROM pg_database WHERE datname = current_database()
-    UNION SELECT 'table', pg_get_userbyid(relowner) FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'r'
+    UNION SELECT 'table', pg_get_userbyid(relowner) FROM pg_class
+    WHERE relnamespace = 'public'::regnamespace AND relkind = 'r'
     UNION SELECT 'function', pg_get_userbyid(proowner) FROM pg_proc WHERE pronamespace = 'public'::regnamespace
     ORDER BY kind`)
   return rows
@@ -79,7 +81,8 @@ t.test('a new data directory: the service connects as its own role, which may do
   t.same(
     await serviceSessionRoles(superuser),
     [{ usename: SERVICE_ROLE, rolsuper: false, rolcreaterole: false, rolcreatedb: false }],
-    'every session of the service (pool and change feed) runs as the role, which is no superuser and may create no role or database'
+    'every session of the service (pool and change feed) runs as the role, ' +
+      'which is no superuser and may create no role or database'
   )
   t.same(await owners(superuser), ownedByService, 'it owns the database, its tables and functions')
   t.equal(

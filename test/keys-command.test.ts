@@ -67,9 +67,8 @@ t.test('create prints the key alone on its last line; list never shows it; revok
     db.url,
     async c =>
       (
-        await c.query(
-          "SELECT name, scope, rate_limit_per_minute, expires_at > now() + interval '29 days' AS expires, encode(digest, 'hex') AS digest FROM api_keys"
-        )
+        await c.query(`SELECT name, scope, rate_limit_per_minute, expires_at > now() + interval '29 days' AS expires,
+          encode(digest, 'hex') AS digest FROM api_keys`)
       ).rows
   )
   t.match(row, { name: 'ci deploy', scope: 'read', rate_limit_per_minute: 100, expires: true })

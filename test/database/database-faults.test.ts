@@ -127,7 +127,8 @@ t.test('PostgreSQL stops and starts again under create/list load', async t => {
   const unavailable = outcomes.filter(o => o.status === 503).length
   t.ok(
     unavailable > 0,
-    `the outage was seen: ${unavailable} of ${outcomes.length} answers were 503 (${duringOutage} answers during the outage)`
+    `the outage was seen: ${unavailable} of ${outcomes.length} answers were 503 ` +
+      `(${duringOutage} answers during the outage)`
   )
   t.ok(outcomes.filter(o => o.status === 201).length > 0, 'creates succeeded')
   t.comment(`slowest answer: ${Math.round(Math.max(...outcomes.map(o => o.ms)))} ms`)

@@ -86,14 +86,14 @@ t.test('three runs at once on a fresh database: each migration applied and recor
   t.teardown(async () => {
     await client.end()
   })
-  const { rowCount } = await client.query(
-    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-  )
+  const { rowCount } = await client.query(`SELECT 1 FROM pg_locks
+    WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
   t.equal(rowCount, 0, 'the lock ended with the transaction')
 })
 
 t.test(
-  "DB_STATEMENT_TIMEOUT_MS becomes the role's statement_timeout in this database; the migrations themselves run without it",
+  "DB_STATEMENT_TIMEOUT_MS becomes the role's statement_timeout in this database; " +
+    'the migrations themselves run without it',
   async t => {
     const url = await db.createDatabase()
     const other = await db.createDatabase()
@@ -110,7 +110,8 @@ t.test(
         async client =>
           (
             await client.query<{ n: number }>(
-              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'petstore-migrations' AND datname = $1",
+              `SELECT count(*)::int AS n FROM pg_stat_activity
+              WHERE application_name = 'petstore-migrations' AND datname = $1`,
               [new URL(url).pathname.slice(1)]
             )
           ).rows[0]?.n ?? -1
@@ -182,6 +183,11 @@ t.test("a superuser's settings are never changed: the warning prints the stateme
   t.equal(warnings.length, 1)
   t.match(
     warnings[0],
-    /^DB_STATEMENT_TIMEOUT_MS: the service connects as \S+, a superuser, whose settings would reach every operator session too: connect as a role of its own \(docs\/deployment\.md\), or set it for that role: ALTER ROLE \S+ IN DATABASE petstore_test_[0-9a-f]+ SET statement_timeout = '4321ms'$/
+    new RegExp(
+      '^DB_STATEMENT_TIMEOUT_MS: the service connects as \\S+, a superuser, ' +
+        'whose settings would reach every operator session too: ' +
+        'connect as a role of its own \\(docs/deployment\\.md\\), or set it for that role: ' +
+        "ALTER ROLE \\S+ IN DATABASE petstore_test_[0-9a-f]+ SET statement_timeout = '4321ms'$"
+    )
   )
 })

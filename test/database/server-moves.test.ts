@@ -126,7 +126,8 @@ t.test('after the address moves, the first connection to the new server closes t
 })
 
 t.test(
-  'a statement whose outcome is unknown makes the service ask where the address leads: the connections left on the old server close at once, not one timeout each',
+  'a statement whose outcome is unknown makes the service ask where the address leads: ' +
+    'the connections left on the old server close at once, not one timeout each',
   async t => {
     const moving = await TcpProxy.start({ host: '127.0.0.1', port: Number(new URL(oldUrl).port) })
     t.teardown(async () => {

@@ -25,7 +25,8 @@ const unasked = async (): Promise<RuntimeProbe> => {
 const db = await testDatabase(t)
 
 t.test(
-  'the source is what the user asked for, else testcontainers when a runtime answers, else embedded; always with the reason',
+  'the source is what the user asked for, else testcontainers when a runtime answers, else embedded; ' +
+    'always with the reason',
   async t => {
     t.match(await decideSource({ DATABASE_URL: 'postgres://u:p@db.example/x' }, unasked), {
       source: 'DATABASE_URL',
@@ -95,7 +96,8 @@ t.test('a database asked for after the test ended is an error, and none is left 
   )
   t.match(
     error?.message,
-    /^petstore_test_[0-9a-f]{12}: the test ended before its database was ready: await testDatabase\(t\) before the file's first subtest$/
+    new RegExp('^petstore_test_[0-9a-f]{12}: the test ended before its database was ready: ' +
+      "await testDatabase\\(t\\) before the file's first subtest$")
   )
   // Other files make and drop their databases on this server meanwhile: only the one named is looked for.
   const name = error?.message.split(':')[0] ?? ''

@@ -73,10 +73,9 @@ async function probeContainerRuntime (): Promise<RuntimeProbe> {
   try {
     const client = await getContainerRuntimeClient()
     const { containerRuntime } = client.info
-    return {
-      answers: true,
-      description: `a container runtime answers at ${containerRuntime.remoteSocketPath || containerRuntime.host} (${containerRuntime.operatingSystem})`
-    }
+    const address = containerRuntime.remoteSocketPath || containerRuntime.host
+    const description = `a container runtime answers at ${address} (${containerRuntime.operatingSystem})`
+    return { answers: true, description }
   } catch (err) {
     return { answers: false, error: firstLine(err) }
   }
@@ -140,8 +139,9 @@ export async function startPostgresContainer (
     await getReaper(client) // a no-op with TESTCONTAINERS_RYUK_DISABLED=true
   } catch (err) {
     throw new Error(
-      `testcontainers could not start its reaper (Ryuk, which removes the containers of a run that dies): ${firstLine(err)}. ` +
-        'Where its image cannot be pulled, set TESTCONTAINERS_RYUK_DISABLED=true: the run stops its own containers',
+      'testcontainers could not start its reaper (Ryuk, which removes the containers of a run that dies): ' +
+        `${firstLine(err)}. Where its image cannot be pulled, ` +
+        'set TESTCONTAINERS_RYUK_DISABLED=true: the run stops its own containers',
       { cause: err }
     )
   }

@@ -533,7 +533,8 @@ t.test('a parse error after the answer has begun closes the connection, without 
 })
 
 t.test(
-  'a bad request pipelined after a good one: the good one is answered first, then the Error, then the connection closes',
+  'a bad request pipelined after a good one: the good one is answered first, then the Error, ' +
+    'then the connection closes',
   async t => {
     const good = request('GET /health/live HTTP/1.1', 'Host: x')
     for (const [bad, status, code, message] of [

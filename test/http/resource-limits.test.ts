@@ -66,7 +66,8 @@ async function assertHealthy (t: Test, app: FastifyInstance): Promise<void> {
 }
 
 const post = (headers: string): string =>
-  `POST /v1/categories HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${TEST_KEY}\r\nContent-Type: application/json\r\n${headers}\r\n`
+  'POST /v1/categories HTTP/1.1\r\nHost: localhost\r\n' +
+  `Authorization: Bearer ${TEST_KEY}\r\nContent-Type: application/json\r\n${headers}\r\n`
 
 t.test('body limit: 64 KiB by default, 413 Error body however the size is announced', async t => {
   const { app, port } = await listeningApp(t, db.url)

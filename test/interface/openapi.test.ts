@@ -28,7 +28,8 @@ t.equal(doc.openapi, '3.1.0')
 t.equal(doc.info.version, '1.0.0')
 
 t.test(
-  'servers: this deployment first (relative, so "Try it out" calls the server of the page), then production and staging, all ending in /v1',
+  'servers: this deployment first (relative, so "Try it out" calls the server of the page), ' +
+    'then production and staging, all ending in /v1',
   async t => {
     t.same(doc.servers[0], { url: '/v1', description: 'This deployment (the server that serves this document)' })
     t.same(
@@ -166,7 +167,8 @@ function errorExamples (): Array<{
 }
 
 t.test(
-  'every error response shows a true example: an Error with the status of the response and a code of the contract for it',
+  'every error response shows a true example: ' +
+    'an Error with the status of the response and a code of the contract for it',
   async t => {
     const ajv = new Ajv2020({ strict: false })
     const validError = ajv.compile(doc.components.schemas.Error)

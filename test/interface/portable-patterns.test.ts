@@ -268,9 +268,9 @@ t.test(
         }
         if (rule !== undefined && !loneSurrogates.includes(r) && verdict !== r[rule]) {
           wrong++
-          t.fail(
-            `${pointer}: ${r.label} ${ascii(r.value)}: ${verdict ? 'accepted' : 'refused'}, the ${rule} rule says ${r[rule] ? 'accept' : 'refuse'}`
-          )
+          const given = verdict ? 'accepted' : 'refused'
+          const wanted = r[rule] ? 'accept' : 'refuse'
+          t.fail(`${pointer}: ${r.label} ${ascii(r.value)}: ${given}, the ${rule} rule says ${wanted}`)
         }
       }
       t.equal(
@@ -286,8 +286,8 @@ t.test(
 t.test('the server gives the same verdicts, and refuses lone surrogates the patterns cannot name', async t => {
   const messages = {
     name: "'name' must contain at least one non-whitespace character and no control characters, NUL or lone surrogates",
-    description:
-      "'description' must not contain NUL, lone surrogates or control characters other than tab, line feed and carriage return"
+    description: "'description' must not contain NUL, lone surrogates " +
+      'or control characters other than tab, line feed and carriage return'
   }
   for (const field of ['name', 'description'] as const) {
     for (const r of [...table, ...loneSurrogates]) {

@@ -96,9 +96,10 @@ function problemsWith (method: string, path: string, res: LightMyRequestResponse
     if (documented === undefined) {
       problems.push(`${method} ${route} answered ${status}, which its OpenAPI operation does not document`)
     } else if (documented.content?.['application/json']?.schema !== undefined) {
-      const validate = ajv.getSchema(
-        `${DOC_ID}${pointer('paths', route ?? '', method.toLowerCase(), 'responses', String(status), 'content', 'application/json', 'schema')}`
+      const schema = pointer(
+        'paths', route ?? '', method.toLowerCase(), 'responses', String(status), 'content', 'application/json', 'schema'
       )
+      const validate = ajv.getSchema(`${DOC_ID}${schema}`)
       if (validate?.(body) !== true) {
         problems.push(
           `body breaks the documented ${status} schema: ${ajv.errorsText(validate?.errors)}: ${res.body.slice(0, 200)}`

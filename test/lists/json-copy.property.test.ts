@@ -209,7 +209,8 @@ t.test(
 
 t.test("the service serves those bytes: a list built from COPY, over many chunks, is the serializer's", async t => {
   await admin.query('TRUNCATE categories')
-  await admin.query(`INSERT INTO categories (name, description) SELECT 'n "' || i || chr(1) || chr(8232) || '\\', CASE WHEN i % 2 = 0 THEN chr(127) || i END
+  await admin.query(`INSERT INTO categories (name, description)
+    SELECT 'n "' || i || chr(1) || chr(8232) || '\\', CASE WHEN i % 2 = 0 THEN chr(127) || i END
     FROM generate_series(1, 20000) AS i`)
   const expected = await serialized(categories, 'categories')
   let body = ''

@@ -127,7 +127,8 @@ t.test('Redis holds no API key and no digest API_KEY_SHA256 would accept; addres
       'petstore:rate-limit:auth-failures:2001:db8:1:2::',
       'petstore:rate-limit:auth-failures:203.0.113.9'
     ],
-    'by the peer without TRUST_PROXY (never 192.0.2.77), by X-Forwarded-For with it (never the proxy 10.0.0.1), IPv6 by /64'
+    'by the peer without TRUST_PROXY (never 192.0.2.77), by X-Forwarded-For with it (never the proxy 10.0.0.1), ' +
+      'IPv6 by /64'
   )
   const perKey = keys.filter(k => k.includes('per-key'))
   t.equal(perKey.length, 2, 'one per-key counter per key')

@@ -148,7 +148,8 @@ t.test(
       "and the widget's key for a category"
     )
     const { rows } = await admin.query<{ idempotency_key: string; operation: string }>(
-      'SELECT idempotency_key, operation FROM idempotency_keys WHERE idempotency_key = ANY($1) ORDER BY idempotency_key',
+      `SELECT idempotency_key, operation FROM idempotency_keys
+      WHERE idempotency_key = ANY($1) ORDER BY idempotency_key`,
       [['shared-key-1', 'widget-key-1']]
     )
     t.same(
@@ -200,8 +201,8 @@ t.test(
     const refusal = {
       name: 'StartupError',
       // An applied migration is not run again: fixing it helps nothing, so the advice is a new one.
-      message:
-        /^table widgets lacks its change-notification triggers: run SELECT announce_changes\('widgets'\) in a new migration/
+      message: new RegExp('^table widgets lacks its change-notification triggers: ' +
+        "run SELECT announce_changes\\('widgets'\\) in a new migration")
     }
     await t.rejects(
       testApp(t, await migrated(), {}, { register }),
@@ -230,7 +231,8 @@ t.test(
       'DROP TRIGGER widgets_updated ON widgets',
       'DROP TRIGGER widgets_deleted ON widgets',
       'DROP TRIGGER widgets_truncated ON widgets',
-      'CREATE TRIGGER widgets_changed AFTER UPDATE OR DELETE OR TRUNCATE ON widgets FOR EACH STATEMENT EXECUTE FUNCTION notify_table_change()'
+      `CREATE TRIGGER widgets_changed AFTER UPDATE OR DELETE OR TRUNCATE ON widgets
+      FOR EACH STATEMENT EXECUTE FUNCTION notify_table_change()`
     ]
     await t.rejects(
       testApp(t, await migrated(widgetsMigration, ...baselineTriggers), {}, { register }),

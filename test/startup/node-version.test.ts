@@ -13,8 +13,10 @@ const db = await testDatabase(t)
 
 const major = Number(process.versions.node.split('.')[0])
 
+const expected = major === 20 ? 'recommends 22 or 24 in one line' : 'says nothing about its Node.js version'
+
 t.test(
-  `the built service on Node.js ${process.versions.node} ${major === 20 ? 'recommends 22 or 24 in one line' : 'says nothing about its Node.js version'}`,
+  `the built service on Node.js ${process.versions.node} ${expected}`,
   async t => {
     const server = await startServer(t, { DATABASE_URL: db.url, API_KEYS: TEST_KEY })
     server.child.kill('SIGTERM')

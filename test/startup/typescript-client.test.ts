@@ -124,7 +124,10 @@ t.test("an answer that is not the API's own Error body is thrown, not typed", as
 const programs = {
   'openapi-typescript.ts': `import createClient from 'openapi-fetch'
 import type { paths } from './openapi-typescript/schema.js'
-const client = createClient<paths>({ baseUrl: \`\${process.env.PETSTORE_URL ?? ''}/v1\`, headers: { authorization: \`Bearer \${process.env.PETSTORE_API_KEY ?? ''}\` } })
+const client = createClient<paths>({
+  baseUrl: \`\${process.env.PETSTORE_URL ?? ''}/v1\`,
+  headers: { authorization: \`Bearer \${process.env.PETSTORE_API_KEY ?? ''}\` }
+})
 const created = await client.POST('/categories', { body: { name: 'from openapi-typescript' } })
 if (created.data === undefined) throw new Error(created.error.message)
 const got = await client.GET('/categories/{id}', { params: { path: { id: created.data.id } } })
@@ -133,7 +136,10 @@ console.log(JSON.stringify([created.data.id, got.data.id, got.data.name]))
 `,
   'hey-api.ts': `import { client } from './hey-api/client.gen.js'
 import { createCategory, getCategory } from './hey-api/sdk.gen.js'
-client.setConfig({ baseUrl: \`\${process.env.PETSTORE_URL ?? ''}/v1\`, headers: { authorization: \`Bearer \${process.env.PETSTORE_API_KEY ?? ''}\` } })
+client.setConfig({
+  baseUrl: \`\${process.env.PETSTORE_URL ?? ''}/v1\`,
+  headers: { authorization: \`Bearer \${process.env.PETSTORE_API_KEY ?? ''}\` }
+})
 const created = await createCategory({ body: { name: 'from hey-api' } })
 if (created.data === undefined) throw new Error(String(created.error?.message))
 const got = await getCategory({ path: { id: created.data.id } })

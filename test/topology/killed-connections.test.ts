@@ -47,7 +47,9 @@ t.test('backends terminated every few hundred ms under load: no exit, no 500, no
   const cursorHunter = (async () => {
     while (performance.now() < until) {
       const rows = await cluster.query<{ pid: number }>(
-        "SELECT pg_terminate_backend(pid) AS pid FROM pg_stat_activity WHERE application_name LIKE 'petstore%' AND state <> 'idle' AND (query LIKE 'BEGIN ISOLATION LEVEL REPEATABLE READ%' OR query LIKE 'COPY (SELECT%')"
+        `SELECT pg_terminate_backend(pid) AS pid FROM pg_stat_activity
+        WHERE application_name LIKE 'petstore%' AND state <> 'idle'
+          AND (query LIKE 'BEGIN ISOLATION LEVEL REPEATABLE READ%' OR query LIKE 'COPY (SELECT%')`
       )
       killed.cursorReads += rows.length
       await sleep(rows.length > 0 ? 500 : 5)

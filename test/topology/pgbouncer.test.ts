@@ -64,9 +64,9 @@ async function holdMigrationLock (
       try {
         while (waiting < waiters && Date.now() < deadline) {
           await sleep(50)
-          const { rows } = await client.query<{ n: number }>(
-            "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-          )
+          const { rows } = await client.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_locks
+            WHERE locktype = 'advisory' AND NOT granted
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
           waiting = rows[0]?.n ?? 0
         }
       } finally {
@@ -154,7 +154,9 @@ async function crossInstanceProbe (t: Test, from: Instance, to: Instance, rounds
     t.equal(answer.status, 201)
     const { id, name } = JSON.parse(answer.body) as { id: number, name: string }
     const seenAfter = await firstListed(to, String(id), name, performance.now(), LATE_CREATE_LOOK_MS)
-    const seen = seenAfter === undefined ? `not within ${LATE_CREATE_LOOK_MS} ms` : `in a list sent ${seenAfter.toFixed(1)} ms`
+    const seen = seenAfter === undefined
+      ? `not within ${LATE_CREATE_LOOK_MS} ms`
+      : `in a list sent ${seenAfter.toFixed(1)} ms`
     t.ok(
       seenAfter !== undefined && seenAfter <= CONSISTENCY_MS,
       `create ${i} on ${from.name} is in ${to.name}'s list within ${CONSISTENCY_MS} ms: ${seen} after the 201`
@@ -303,7 +305,8 @@ for (const mode of ['transaction', 'session'] as PoolMode[]) {
     })
 
     t.test(
-      'two instances under create/list load, with and without Idempotency-Key: nothing lost, nothing invented, no 500, nobody exits',
+      'two instances under create/list load, with and without Idempotency-Key: ' +
+        'nothing lost, nothing invented, no 500, nobody exits',
       async t => {
         const url = await db.createDatabase()
         // One after the other: starting together is the next test's subject.
@@ -366,9 +369,8 @@ for (const mode of ['transaction', 'session'] as PoolMode[]) {
             await waitReady(instance, 30000)
           })
         )
-        t.comment(
-          `round ${round}: all ready ${Math.round(performance.now() - started)} ms after ${gate === undefined ? 'starting' : 'the lock was released'}`
-        )
+        const after = gate === undefined ? 'starting' : 'the lock was released'
+        t.comment(`round ${round}: all ready ${Math.round(performance.now() - started)} ms after ${after}`)
         t.comment(`round ${round}: other clients ran ${await others.stop()} queries meanwhile`)
         t.same(
           outcomes
@@ -392,9 +394,8 @@ for (const mode of ['transaction', 'session'] as PoolMode[]) {
         const locks = await withClient(
           url,
           async c =>
-            await c.query(
-              "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            )
+            await c.query(`SELECT pid FROM pg_locks WHERE locktype = 'advisory'
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
         )
         t.equal(locks.rowCount, 0, `round ${round}: no advisory lock is left held`)
         await stopAll(t, instances)
@@ -404,7 +405,8 @@ for (const mode of ['transaction', 'session'] as PoolMode[]) {
 }
 
 t.test(
-  'transaction pooling with DATABASE_DIRECT_URL: the change feed listens directly, hears, and the cache keeps the 100 ms rule',
+  'transaction pooling with DATABASE_DIRECT_URL: the change feed listens directly, hears, ' +
+    'and the cache keeps the 100 ms rule',
   async t => {
     const bouncer = await startPgBouncer(t, db.url, 'transaction')
     const url = await db.createDatabase()

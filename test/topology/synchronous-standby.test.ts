@@ -68,9 +68,8 @@ t.test('a commit the synchronous standby never confirmed is a 503, not a 201', a
   // committed.
   const waiters = async (): Promise<number> =>
     (
-      await primary.query<{ n: number }>(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND application_name LIKE 'petstore/%'"
-      )
+      await primary.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE wait_event = 'SyncRep' AND application_name LIKE 'petstore/%'`)
     )[0]?.n ?? 0
   const cancelled = create('cancelled')
   let waiting = false
@@ -79,9 +78,8 @@ t.test('a commit the synchronous standby never confirmed is a 503, not a 201', a
     if (!waiting) await new Promise(resolve => setTimeout(resolve, 10))
   }
   t.ok(waiting, 'the create waits for the standby')
-  await primary.query(
-    "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND application_name LIKE 'petstore/%'"
-  )
+  await primary.query(`SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+    WHERE wait_event = 'SyncRep' AND application_name LIKE 'petstore/%'`)
   const answer = await cancelled
   t.equal(answer.status, 503, `a commit the standby never confirmed is not acknowledged: ${answer.body}`)
   t.equal(await rowsNamed('cancelled'), 1, 'though PostgreSQL committed it on the primary alone')

@@ -37,7 +37,8 @@ function installedVersion (): string {
     : []
   if (versions[0] === undefined || !existsSync('/usr/bin/pg_createcluster')) {
     throw new Error(
-      "Debian's PostgreSQL packages are missing: apt-get install postgresql postgresql-common (scripts/test-topology.sh does)"
+      "Debian's PostgreSQL packages are missing: " +
+        'apt-get install postgresql postgresql-common (scripts/test-topology.sh does)'
     )
   }
   return versions[0]
