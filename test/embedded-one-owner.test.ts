@@ -24,6 +24,9 @@ async function dataDir (): Promise<string> {
   return dir
 }
 
+/** Starts that read the lock while its owner rewrites it: enough to meet a half-written file often. */
+const LOCK_READS = 2000
+
 async function lockOf (dir: string): Promise<{ pid: number; postgresPid: number }> {
   return JSON.parse(await readFile(path.join(dir, 'petstore.lock'), 'utf8'))
 }
@@ -239,4 +242,23 @@ t.test('the lock: refused while its owner lives, taken over once it is gone or i
   const afterGarbage = await lockDataDir(dir)
   t.equal(afterGarbage.previous, undefined, 'an unreadable lock names no owner')
   await afterGarbage.release()
+})
+
+t.test('the lock is never seen half-written: a start reading it while its owner records more is refused', async t => {
+  const dir = await dataDir()
+  const lock = await lockDataDir(dir, 'http://127.0.0.1:1')
+  t.teardown(lock.release)
+  const done = new AbortController()
+  const records = (async () => {
+    for (let i = 0; !done.signal.aborted; i++) await lock.record({ postgresPort: i })
+  })()
+  const outcomes: string[] = []
+  for (let i = 0; i < LOCK_READS; i++) {
+    const outcome = await lockDataDir(dir).then(() => 'taken', (err: Error) => err.message)
+    outcomes.push(outcome)
+    if (outcome === 'taken') break
+  }
+  done.abort()
+  await records
+  t.same(outcomes.filter(o => !o.includes('is in use by another petstore process')), [], 'every read was refused')
 })

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
-import { mkdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { EmbeddedPostgresError } from './error.js'
 
@@ -110,7 +110,12 @@ function lockHandle (file: string, me: LockOwner, previous: LockOwner | undefine
     previous,
     record: async (fields) => {
       Object.assign(me, fields)
-      if (!released) await writeFile(file, JSON.stringify(me) + '\n', { mode: 0o600 })
+      if (released) return
+      // Written beside and renamed over: a start reading the lock meanwhile sees the old owner or the new, never an
+      // empty file it would take for a stale lock.
+      const next = `${file}.${randomBytes(6).toString('hex')}`
+      await writeFile(next, JSON.stringify(me) + '\n', { mode: 0o600 })
+      await rename(next, file)
     },
     release: async () => {
       if (released) return
