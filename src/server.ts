@@ -4,6 +4,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
+import type { DataDirLock } from '@petstore/embedded-postgres'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.js'
 import { loadConfig, sha256, type Config } from './config.js'
@@ -31,17 +32,18 @@ async function readOrCreateDevKey (file: string): Promise<{ value: string, creat
 async function start (config: Config): Promise<void> {
   const debug = config.logLevel === 'debug' || config.logLevel === 'trace'
   const dataDir = path.resolve(config.dataDir)
-  const address = `http://${config.host}:${config.port}`
+  const asked = `http://${config.host}:${config.port}`
   const checkPorts = async (): Promise<void> => {
     await checkPortFree('PORT', config.host, config.port)
     await checkPortFree('METRICS_PORT', config.metrics.host, config.metrics.port)
   }
 
   let databaseUrl = config.databaseUrl
+  let lock: DataDirLock | undefined
   if (databaseUrl === undefined) {
     const embedded = await loadEmbedded()
     // The embedded database belongs to one process at a time: a second start is refused before it touches anything.
-    const lock = await embedded.lockDataDir(dataDir, address).catch(embedded.refused)
+    lock = await embedded.lockDataDir(dataDir, asked).catch(embedded.refused)
     undo.push(lock.release)
     await checkPorts()
     console.log(`petstore: DATABASE_URL is not set; starting the embedded PostgreSQL (data in ${dataDir})`)
@@ -75,6 +77,10 @@ async function start (config: Config): Promise<void> {
   undo.push(async () => { metrics?.close() })
   await app.listen({ port: config.port, host: config.host }).catch(listenFailed('PORT', config.host, config.port))
   listening = app
+  // With PORT=0 the system chose the port: the lock and the hint name the one it chose.
+  const bound = app.addresses()[0]
+  const address = `http://${config.host}:${typeof bound === 'object' ? bound.port : config.port}`
+  await lock?.record({ address })
   if (process.versions.node.startsWith('20.')) {
     app.log.warn(`Node.js ${process.versions.node} is past its end of life; run the service on Node.js 22 or 24`)
   }

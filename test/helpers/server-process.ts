@@ -2,7 +2,6 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { serviceNodeFlags } from '../../bench/start-command.js'
 import { builtCheckout } from './built-checkout.js'
-import { freePort } from './ports.js'
 import { untracked } from './untracked.js'
 
 /*
@@ -16,7 +15,8 @@ interface Teardown {
 
 export interface ServerProcess {
   child: ChildProcess
-  port: number
+  /** The port in `env.PORT`, else the one the server says it listens on (it throws before that line). */
+  readonly port: number
   /** Everything written to stdout and stderr so far. */
   output: () => string
   /**
@@ -39,6 +39,7 @@ export interface SpawnOptions {
 }
 
 const STARTUP_TIMEOUT_MS = 60000
+const LISTENING_AT = /Server listening at https?:\/\/\S+?:(\d+)/
 const TEARDOWN_TIMEOUT_MS = 15000
 
 /** Only PATH and HOME come from the test's own environment: the server sees exactly `env`. */
@@ -47,7 +48,6 @@ export async function startServer (
   env: Record<string, string>,
   options: SpawnOptions = {}
 ): Promise<ServerProcess> {
-  const port = env.PORT !== undefined ? Number(env.PORT) : await freePort()
   const cwd = options.cwd ?? (await builtCheckout(t))
   const nodeArgs = options.nodeArgs ?? [...serviceNodeFlags(), 'dist/server.js']
   const node = [process.execPath, ...nodeArgs]
@@ -60,7 +60,9 @@ export async function startServer (
     env: {
       PATH: process.env.PATH ?? '',
       HOME: process.env.HOME ?? '/tmp',
-      PORT: String(port),
+      // The service picks a free port as it listens: one chosen here first could be taken before then, even by
+      // an outgoing connection's ephemeral port.
+      PORT: '0',
       METRICS_PORT: '0',
       LOG_LEVEL: 'info',
       ...env
@@ -107,7 +109,18 @@ export async function startServer (
     }
     return contains(pattern)
   }
-  const server = { child, port, output: () => output, waitFor, exited }
+  const server = {
+    child,
+    get port (): number {
+      if (env.PORT !== undefined) return Number(env.PORT)
+      const listening = LISTENING_AT.exec(output)
+      if (listening === null) throw new Error(`the server has not said where it listens yet:\n${output}`)
+      return Number(listening[1])
+    },
+    output: () => output,
+    waitFor,
+    exited
+  }
   if (options.listening !== false && !(await waitFor('Server listening'))) {
     throw new Error(`server did not start:\n${output}`)
   }
