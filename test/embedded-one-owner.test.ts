@@ -2,10 +2,10 @@ import { existsSync } from 'node:fs'
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { isAlive, lockDataDir } from '@petstore/embedded-postgres'
 import { freePort } from './helpers/ports.js'
+import { until } from './helpers/until.js'
 import { categoriesRequest, startServer, type ServerProcess } from './helpers/server-process.js'
 
 /*
@@ -123,7 +123,7 @@ async function startAfterOrphanedInitdb (
   const first = await startServer(t, { DATA_DIR: dir }, { listening: false })
   const bootstrapping = async (): Promise<boolean> =>
     (await readdir(dir)).some(name => name.startsWith('postgres.initdb') && existsSync(path.join(dir, name, 'base')))
-  for (let i = 0; i < 3000 && !(await bootstrapping()); i++) await sleep(5)
+  await until('initdb is bootstrapping', bootstrapping, 60000, 5)
   first.child.kill('SIGKILL')
   await first.exited
   const orphans = await initdbsUnder(dir)
@@ -135,12 +135,9 @@ async function startAfterOrphanedInitdb (
   if (collide) for (const pid of orphans) process.kill(pid, 'SIGSTOP')
   const second = await startServer(t, { DATA_DIR: dir }, { listening: false })
   if (collide) {
-    let running = false
-    for (let i = 0; i < 1200 && !running; i++) {
-      running = (await initdbsUnder(dir)).some(pid => !orphans.includes(pid))
-      if (!running) await sleep(10)
-    }
-    t.ok(running, "the next start's initdb ran while the orphan was paused")
+    const running = async (): Promise<boolean> => (await initdbsUnder(dir)).some(pid => !orphans.includes(pid))
+    await t.resolves(until("the next start's initdb runs", running, 60000, 10),
+      "the next start's initdb ran while the orphan was paused")
     for (const pid of orphans) process.kill(pid, 'SIGCONT')
   }
   return { second, orphans }
@@ -170,7 +167,7 @@ t.test("an initdb left running by a SIGKILLed start cannot spoil the next start'
     t.equal(await second.exited, 0)
 
     // Once the orphan is gone, a start clears what it left beside the cluster.
-    for (let i = 0; i < 600 && orphans.some(isAlive); i++) await sleep(50)
+    await until('the orphans are gone', async () => !orphans.some(isAlive), 60000, 50)
     const third = await startServer(t, { DATA_DIR: dir })
     t.same(
       (await categoriesRequest(third, key)).body,
@@ -196,7 +193,7 @@ t.test('a postgres that no petstore lock names is not ours to stop: the start re
   t.teardown(async () => {
     if (!isAlive(postgresPid)) return
     process.kill(postgresPid, 'SIGINT')
-    while (isAlive(postgresPid)) await sleep(100)
+    await until('the orphaned PostgreSQL stopped', async () => !isAlive(postgresPid), 60000, 100)
   })
   await rm(path.join(dir, 'petstore.lock'))
 

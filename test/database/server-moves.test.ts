@@ -8,7 +8,7 @@ import t from 'tap'
 import { LISTENER_APPLICATION_NAME } from '../../src/machinery/change-feed.js'
 import { startEmbeddedPostgres } from '@petstore/embedded-postgres'
 import { runMigrations } from '../../src/db/migrate.js'
-import { AUTH, json, metric, testApp } from '../helpers/app.js'
+import { AUTH, json, metric, testApp, until } from '../helpers/app.js'
 import { TcpProxy } from '../helpers/tcp-proxy.js'
 
 /*
@@ -76,7 +76,7 @@ t.test('after the address moves, the first connection to the new server closes t
     (await app.inject({ method: 'POST', url: '/v1/categories', ...json({ name: 'on the old server' }) })).statusCode,
     201
   )
-  for (let i = 0; i < 200 && (await metric(app, 'change_feed_listening')) !== 1; i++) await sleep(20)
+  await until('the change feed listens', async () => (await metric(app, 'change_feed_listening')) === 1, 10000, 20)
   t.same(await names(app), ['on the old server'], 'cached from the old server')
 
   await newAdmin.query("INSERT INTO categories (name) VALUES ('on the new server')")
@@ -100,14 +100,9 @@ t.test('after the address moves, the first connection to the new server closes t
     else await sleep(20)
   }
   t.same(after, ['on the new server', 'after the move'], "the list is the new server's")
-  for (
-    let i = 0;
-    i < 200 &&
-    ((await sessions(oldAdmin, LISTENER_APPLICATION_NAME)) > 0 || (await metric(app, 'change_feed_listening')) !== 1);
-    i++
-  ) {
-    await sleep(20)
-  }
+  const feedMoved = async (): Promise<boolean> =>
+    (await sessions(oldAdmin, LISTENER_APPLICATION_NAME)) === 0 && (await metric(app, 'change_feed_listening')) === 1
+  await until('the change feed left the old server and listens again', feedMoved, 10000, 20)
   t.equal(
     await sessions(oldAdmin, 'petstore%'),
     0,
@@ -117,12 +112,8 @@ t.test('after the address moves, the first connection to the new server closes t
 
   // The new server's changes are heard: a row written there by someone else is in the next list.
   await newAdmin.query("INSERT INTO categories (name) VALUES ('written elsewhere')")
-  let heard = false
-  for (let i = 0; i < 100 && !heard; i++) {
-    heard = (await names(app)).includes('written elsewhere')
-    if (!heard) await sleep(10)
-  }
-  t.ok(heard, 'the cached list hears the new server')
+  const heard = async (): Promise<boolean> => (await names(app)).includes('written elsewhere')
+  await t.resolves(until('the cached list has the row', heard, 5000, 10), 'the cached list hears the new server')
 })
 
 t.test(
@@ -160,11 +151,9 @@ t.test(
 
     t.equal((await getFirst()).status, 503, 'the first statement on a silent connection: 503 after its timeout')
     const moved = /leads to another server now/
-    for (let i = 0; i < 200 && !logs.lines.some(line => moved.test(line)); i++) await sleep(10)
-    t.ok(
-      logs.lines.some(line => moved.test(line)),
-      'a new connection found the new server and closed those left on the old one'
-    )
+    const found = async (): Promise<boolean> => logs.lines.some(line => moved.test(line))
+    await t.resolves(until('the log says the address moved', found, 5000, 10),
+      'a new connection found the new server and closed those left on the old one')
     t.same(await getFirst(), { status: 200, name: 'on the new server' }, 'the next statement runs on the new server')
   }
 )

@@ -1,10 +1,12 @@
 import { Writable } from 'node:stream'
-import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import { Registry } from 'prom-client'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { runMigrations } from '../../src/db/migrate.js'
+import { until } from './until.js'
+
+export { until }
 
 export const TEST_KEY = 'test-key-0123456789'
 export const OTHER_KEY = 'other-key-9876543210'
@@ -118,15 +120,4 @@ export async function histogram (
       v => v.metricName === `${name}_${suffix}` && Object.entries(labels).every(([k, l]) => String(v.labels[k]) === l)
     )?.value ?? 0
   return { count: series('count'), sum: series('sum') }
-}
-
-/** Waits until `check` holds, polling every `pollMs`; throws naming `what` after `timeoutMs`. */
-export async function until (
-  what: string, check: () => Promise<boolean>, timeoutMs = 10000, pollMs = 2
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
-    await sleep(pollMs)
-  }
 }

@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { categoryJson, categoryRows } from '../helpers/list-body.js'
 import { withClient } from '../helpers/pg-client.js'
+import { until } from '../helpers/until.js'
 import { DebianCluster } from './helpers/clusters.js'
 import { startInstances, type Instance } from './helpers/instances.js'
 import { auditLoad, startLoad, tableRows } from './helpers/load.js'
@@ -53,7 +54,8 @@ t.test(
     // Each instance builds its list once it hears (the seed's insert said "too many" rows: every instance dropped its
     // list).
     for (const instance of instances.list) {
-      for (let i = 0; i < 100 && (await metric(instance, 'change_feed_listening', '')) !== 1; i++) await sleep(50)
+      const listening = async (): Promise<boolean> => (await metric(instance, 'change_feed_listening', '')) === 1
+      await until('the instance listens', listening, 30000, 50)
       await get(instance)
     }
     const built = await refreshes()

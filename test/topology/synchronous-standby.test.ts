@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import t from 'tap'
+import { until } from '../helpers/until.js'
 import { DebianCluster } from './helpers/clusters.js'
 import { startInstances } from './helpers/instances.js'
 
@@ -72,12 +73,8 @@ t.test('a commit the synchronous standby never confirmed is a 503, not a 201', a
         WHERE wait_event = 'SyncRep' AND application_name LIKE 'petstore/%'`)
     )[0]?.n ?? 0
   const cancelled = create('cancelled')
-  let waiting = false
-  for (let i = 0; i < 200 && !waiting; i++) {
-    waiting = (await waiters()) > 0
-    if (!waiting) await new Promise(resolve => setTimeout(resolve, 10))
-  }
-  t.ok(waiting, 'the create waits for the standby')
+  const waiting = async (): Promise<boolean> => (await waiters()) > 0
+  await t.resolves(until('a create waits for the standby', waiting, 10000, 10), 'the create waits for the standby')
   await primary.query(`SELECT pg_cancel_backend(pid) FROM pg_stat_activity
     WHERE wait_event = 'SyncRep' AND application_name LIKE 'petstore/%'`)
   const answer = await cancelled
