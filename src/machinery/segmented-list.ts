@@ -131,27 +131,26 @@ export class SegmentedList {
   }
 
   /**
-   * Puts rows (replacing a row of the same id) and removes ids; a removal wins. What changes nothing (an absent id,
-   * the same bytes again) is skipped: answers the rows added, replaced and removed.
+   * Puts rows (replacing a row of the same id) and removes ids; a removal wins, and of two puts of one id the later.
+   * What changes nothing (an absent id, the same bytes again) is skipped: answers the rows added, replaced and removed.
    */
   apply (puts: readonly RowJson[], removes: readonly bigint[] = []): Changed {
-    const removing = new Set(removes)
-    const removed = new Set(removes.filter(id => this.has(id)))
-    const changes = [
-      ...puts.filter(row => !removing.has(row.id) && this.rowBytes(row.id)?.equals(row.json) !== true),
-      ...[...removed].map(id => ({ id, json: undefined }))
-    ].sort((a, b) => a.id < b.id ? -1 : 1)
-      .filter((change, i, sorted) => sorted[i + 1]?.id !== change.id)
-    const replaced = changes.filter(change => change.json !== undefined && this.has(change.id)).length
-    const changed = { added: changes.length - removed.size - replaced, replaced, removed: removed.size }
-    if (changes.length === 0) return changed
-    for (const { id, json } of changes) {
+    const wanted = new Map<bigint, Buffer | undefined>(puts.map(row => [row.id, row.json]))
+    for (const id of removes) wanted.set(id, undefined)
+    const changed = { added: 0, replaced: 0, removed: 0 }
+    for (const [id, json] of wanted) {
+      const present = this.rowBytes(id)
+      if (json === undefined && present === undefined) continue
+      if (json !== undefined && present?.equals(json) === true) continue
+      if (json === undefined) changed.removed++
+      else if (present === undefined) changed.added++
+      else changed.replaced++
       const key = keyOf(id)
       const waiting = this.pending.get(key) ?? new Map<bigint, Buffer | undefined>()
       waiting.set(id, json)
       this.pending.set(key, waiting)
+      this.made = undefined
     }
-    this.made = undefined
     return changed
   }
 
@@ -214,10 +213,11 @@ export class SegmentedList {
 
   /** The JSON of the row with this id, or undefined when the list has none. */
   private rowBytes (id: bigint): Buffer | undefined {
-    const waiting = this.pending.get(keyOf(id))
+    const key = keyOf(id)
+    const waiting = this.pending.get(key)
     if (waiting?.has(id) === true) return waiting.get(id)
-    const segment = this.segments[this.segmentIndex(keyOf(id))]
-    if (segment?.key !== keyOf(id)) return undefined
+    const segment = this.segments[this.segmentIndex(key)]
+    if (segment?.key !== key) return undefined
     const row = lowerBound(segment.ids, item => item < id)
     return segment.ids[row] === id ? segment.bytes.subarray(startOf(segment, row), segment.ends[row]) : undefined
   }
