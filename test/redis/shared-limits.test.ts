@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
-import { AUTH, OTHER_KEY, TEST_KEY, metric, testApp } from '../helpers/app.js'
+import { AUTH, OTHER_KEY, TEST_KEY, metric, testApp, until } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
 import { testRedis, type TestRedis } from '../helpers/redis.js'
 
@@ -39,16 +39,9 @@ async function get (
   return (await app.inject({ method: 'GET', url, headers, remoteAddress })).statusCode
 }
 
+/** One assertion: `check` comes to hold within `limitMs`. */
 async function eventually (t: Test, what: string, check: () => Promise<boolean>, limitMs = 10000): Promise<void> {
-  const deadline = Date.now() + limitMs
-  while (Date.now() < deadline) {
-    if (await check()) {
-      t.pass(what)
-      return
-    }
-    await new Promise(resolve => setTimeout(resolve, 100))
-  }
-  t.fail(`${what}: not within ${limitMs} ms`)
+  await t.resolves(until(what, check, limitMs, 100), what)
 }
 
 t.test('three instances share the failed-authentication limit: the 21st attempt is refused by each', async t => {
