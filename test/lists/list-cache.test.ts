@@ -592,7 +592,7 @@ t.test(
     const pool = database(t, { max: 1, maxWaiting: 1, connectionTimeoutMs: 5000 })
     const registry = new Registry()
     const warnings: string[] = []
-    const { feed, close } = categoryListCache(categoriesOf(pool), {
+    const { cache, feed, close } = categoryListCache(categoriesOf(pool), {
       connectionString: db.url,
       notify: notifyThrough(pool),
       registry,
@@ -607,13 +607,21 @@ t.test(
     })
     t.teardown(close)
     await until('the feed hears', async () => feed.listening)
+    // Hearing starts the list's build on the pool's one connection: the test takes it only after the build.
+    await cache.warm()
     let release = (): void => {}
+    let holding = (): void => {}
+    const holds = new Promise<void>(resolve => {
+      holding = resolve
+    })
     const held = pool.withClient(async () => {
+      holding()
       await new Promise<void>(resolve => {
         release = resolve
       })
     })
     try {
+      await holds
       await sleep(120) // a probe fell due meanwhile and waits for the pool's one connection
       const queued = pool.query<{ one: number }>('SELECT 1 AS one')
       await t.rejects(
