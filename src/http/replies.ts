@@ -57,7 +57,7 @@ export function listHandler<New extends object, T extends Row> (resource: Collec
       return
     }
     if (after !== undefined) throw validationFailed("'after' is used with 'limit': send both, or neither")
-    const list = await resource.list()
+    const list = await resource.lists.read()
     const accepted = request.headers['accept-encoding']
     const encoding = list.length >= COMPRESS_MIN_BYTES ? negotiateEncoding(accepted) : undefined
     const etag = encoding === undefined ? list.etag : encodedTag(list.etag, encoding)
@@ -80,7 +80,7 @@ export function listHandler<New extends object, T extends Row> (resource: Collec
 /** A page: its rows, and (RFC 8288) the next page's address while rows follow it. */
 async function sendPage<New extends object, T extends Row> (resource: Collection<New, T>, path: string,
   limit: number, after: bigint | undefined, reply: FastifyReply): Promise<void> {
-  const page = await resource.page(after ?? 0n, limit)
+  const page = await resource.lists.page(after ?? 0n, limit)
   if (page.more) reply.header('link', `<${path}?limit=${limit}&after=${page.lastId}>; rel="next"`)
   await reply.header('cache-control', 'no-cache').header('content-type', JSON_TYPE).send(page.body)
 }
@@ -124,7 +124,7 @@ export function createHandler<New extends object, T extends Row> (resource: Coll
 export function getHandler<New extends object, T extends Row> (resource: Collection<New, T>, singular: string) {
   return async function getResource (request: IdRequest, reply: FastifyReply): Promise<T | undefined> {
     const { id } = request.params
-    const found = await resource.get(id)
+    const found = await resource.table.get(id)
     if (found === undefined) throw notFound(`no ${singular} with id ${id}`)
     const etag = itemTag(id, found.version)
     reply.header('etag', etag).header('cache-control', 'no-cache')

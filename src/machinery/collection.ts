@@ -7,7 +7,7 @@ import { GroupCommit } from './group-commit.js'
 import { IdempotencyRefusal, type IdempotencyStore, type Outcome, type StoredResponse } from './idempotency.js'
 import { ListCache, type RowSerializer } from './list-cache.js'
 import { listCompressor, type ListEncoding } from './list-compression.js'
-import type { ListBody, Page } from './segmented-list.js'
+import type { ListBody } from './segmented-list.js'
 
 export interface CollectionOptions<T> {
   /** The table; its triggers notify `<name>_changed`; metric names start with it. */
@@ -26,6 +26,8 @@ export interface CollectionOptions<T> {
  */
 export class Collection<New extends object, T extends Row> {
   readonly table: Table<New, T>
+  /** The cached list's reads; its writes are told only here, by the write path below. */
+  readonly lists: Pick<ListCache<T>, 'read' | 'page' | 'warm' | 'warmed'>
   private readonly cache: ListCache<T>
   readonly compressed: (list: ListBody, encoding: ListEncoding) => Promise<ListBody>
   private readonly creates: GroupCommit<New, T>
@@ -39,6 +41,7 @@ export class Collection<New extends object, T extends Row> {
     const { feed, registry } = services
     this.table = new Table<New, T>(services.db, name, columns)
     this.cache = new ListCache(this.table, feed, options.serialize, registry)
+    this.lists = this.cache
     this.compressed = listCompressor(name, registry)
     const { table, cache } = this
     this.creates = new GroupCommit({
@@ -81,30 +84,6 @@ export class Collection<New extends object, T extends Row> {
     }
     if (outcome.kind === 'created') this.cache.created([outcome.result])
     return outcome
-  }
-
-  /** The whole list, as sent. */
-  async list (): Promise<ListBody> {
-    return await this.cache.read()
-  }
-
-  /** Up to `limit` rows with ids above `after`. */
-  async page (after: bigint, limit: number): Promise<Page> {
-    return await this.cache.page(after, limit)
-  }
-
-  /** Builds the cached list before the first read asks for it. */
-  async warm (): Promise<void> {
-    await this.cache.warm()
-  }
-
-  /** Whether a read would be answered without a build of the whole list first. */
-  get warmed (): boolean {
-    return this.cache.warmed
-  }
-
-  async get (id: bigint): Promise<Versioned<T> | undefined> {
-    return await this.table.get(id)
   }
 
   /** An empty merge patch: the row as it is, when its version is one `versions` names. */
