@@ -39,7 +39,7 @@ export function log (message: string): void {
 
 export type ServerKind = 'floor' | 'ceiling' | 'naive' | 'express' | 'hono' | 'bun' | 'baseline' | 'service'
 export const DATABASE_PEERS: ServerKind[] = ['naive', 'express', 'hono', 'bun']
-export const IN_MEMORY: ServerKind[] = ['floor', 'ceiling']
+const IN_MEMORY: ServerKind[] = ['floor', 'ceiling']
 
 export interface Postgres {
   version: string
@@ -97,7 +97,7 @@ export interface RunningServer {
 
 export interface ServerOptions {
   label: string
-  /** Extra node flags (the profiler's --cpu-prof); for the service after npm start's own. */
+  /** The service's node flags after npm start's own (the profiler's --cpu-prof). */
   nodeArgs?: string[]
   /** More settings for the service, e.g. tracing's OTEL_* (after BENCH_SERVICE_ENV). */
   env?: Record<string, string>
@@ -106,7 +106,7 @@ export interface ServerOptions {
 const PEERS = path.join(ROOT, 'bench', 'peers')
 
 /** The peers' own dependencies (bench/peers), installed from their lockfile on first use and when it changes. */
-export function ensurePeers (): void {
+function ensurePeers (): void {
   const installed = path.join(PEERS, 'node_modules', '.package-lock.json')
   const lockfile = path.join(PEERS, 'package-lock.json')
   if (existsSync(installed) && statSync(installed).mtimeMs >= statSync(lockfile).mtimeMs) return
@@ -122,7 +122,7 @@ function benchServiceEnv (): Record<string, string> {
   return Object.fromEntries(words.map(word => [word.slice(0, word.indexOf('=')), word.slice(word.indexOf('=') + 1)]))
 }
 
-function launch (kind: ServerKind, nodeArgs: string[]): { command: string, args: string[], cwd: string } {
+function launch (kind: ServerKind, nodeArgs: string[] = []): { command: string, args: string[], cwd: string } {
   const node = process.execPath
   const baselineDir = process.env.BENCH_BASELINE_DIR ?? ''
   switch (kind) {
@@ -132,12 +132,14 @@ function launch (kind: ServerKind, nodeArgs: string[]): { command: string, args:
       if (baselineDir === '') throw new Error('the baseline server needs BENCH_BASELINE_DIR (a checkout with dist/)')
       return { command: node, args: [...serviceNodeFlags(), 'dist/server.js'], cwd: baselineDir }
     case 'bun':
+      ensurePeers()
       return { command: path.join(PEERS, 'node_modules', '.bin', 'bun'), args: ['bench/peers/elysia.js'], cwd: ROOT }
     case 'express':
     case 'hono':
-      return { command: node, args: [...nodeArgs, `bench/peers/${kind}.js`], cwd: ROOT }
+      ensurePeers()
+      return { command: node, args: [`bench/peers/${kind}.js`], cwd: ROOT }
     default:
-      return { command: node, args: [...nodeArgs, '--import', 'tsx', 'bench/fastify.ts'], cwd: ROOT }
+      return { command: node, args: ['--import', 'tsx', 'bench/fastify.ts'], cwd: ROOT }
   }
 }
 
@@ -177,7 +179,7 @@ export async function startServer (kind: ServerKind, databaseUrl: string | undef
     ...service ? { METRICS_PORT: String(metricsPort), SHUTDOWN_DRAIN_MS: '0' } : {},
     ...kind === 'service' ? { ...benchServiceEnv(), ...options.env } : {}
   }
-  const { command, args, cwd } = launch(kind, options.nodeArgs ?? [])
+  const { command, args, cwd } = launch(kind, options.nodeArgs)
   const logHandle = await open(logFile, 'a')
   const child = spawn(command, args, { cwd, env, stdio: ['ignore', logHandle.fd, logHandle.fd] })
   const exit = once(child, 'exit')
@@ -209,6 +211,13 @@ export function seedJson (count: number): string {
   })
   return JSON.stringify(rows)
 }
+
+/** The table of the service's first migration, for the servers that have no migrations of their own. */
+const CREATE_TABLE = `CREATE TABLE categories (
+  id          bigserial PRIMARY KEY,
+  name        text NOT NULL CHECK (char_length(name) BETWEEN 1 AND 255),
+  description text CHECK (char_length(description) <= 2000)
+)`
 
 async function seedBySql (databaseUrl: string, count: number): Promise<void> {
   await sql(databaseUrl, `INSERT INTO categories (name, description)
@@ -243,6 +252,7 @@ export async function startSeeded (kind: ServerKind, postgres: Postgres, rows: n
     return { server: await startServer(kind, undefined, { ...options, rowsFile }), databaseUrl: '' }
   }
   const databaseUrl = await postgres.createDatabase(options.label, options.cheapCommits)
+  if (DATABASE_PEERS.includes(kind)) await sql(databaseUrl, CREATE_TABLE)
   const server = await startServer(kind, databaseUrl, options)
   try {
     await seedBySql(databaseUrl, rows)
