@@ -2,7 +2,7 @@
 import { execFile, execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, statSync } from 'node:fs'
-import { chmod, mkdir, mkdtemp, open, rm, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -49,17 +49,20 @@ export interface Postgres {
   stop: () => Promise<void>
 }
 
-/** One statement on its own connection, without the statement timeout the service sets on its role. */
-export async function sql (url: string, text: string, values: unknown[] = []): Promise<pg.QueryResult> {
+/** A connection of its own, without the statement timeout the service sets on its role. */
+export async function withClient<T> (url: string, use: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: url })
   await client.connect()
   try {
     await client.query('SET statement_timeout = 0')
-    return await client.query(text, values)
+    return await use(client)
   } finally {
     await client.end()
   }
 }
+
+export const sql = async (url: string, text: string, values: unknown[] = []): Promise<pg.QueryResult> =>
+  await withClient(url, async client => await client.query(text, values))
 
 export async function startPostgres (): Promise<Postgres> {
   await rm(WORK_DIR, { recursive: true, force: true })
@@ -277,6 +280,22 @@ export async function readMetric (server: RunningServer, name: string): Promise<
 export const metricTotal = async (server: RunningServer, name: string): Promise<number> =>
   [...(await readMetric(server, name)).values()].reduce((total, value) => total + value, 0)
 
+/** One GET of the list, asked without Accept-Encoding as wrk asks (the compressed list's tag would never match). */
+export async function getList (url: string): Promise<{ status: number, bytes: number, etag: string }> {
+  const response = await fetch(`${url}${LIST_PATH}`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
+  const bytes = (await response.arrayBuffer()).byteLength
+  return { status: response.status, bytes, etag: response.headers.get('etag') ?? '"no tag was sent"' }
+}
+
+/** One write by fetch; an answer other than 2xx throws. */
+export async function send (url: string, method: string, body?: object): Promise<void> {
+  const contentType = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
+  const headers = body === undefined ? AUTH : { ...AUTH, 'content-type': contentType }
+  const response = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
+  await response.arrayBuffer()
+  if (response.status >= 300) throw new Error(`${method} ${url} answered ${response.status}`)
+}
+
 export interface Transfer { status: number, bytes: number, firstByteMs: number, totalMs: number }
 
 /**
@@ -291,4 +310,13 @@ Promise<Transfer> {
   child.child.stdin?.end(lines.join(''))
   const [status = 0, bytes = 0, firstByte = 0, total = 0] = (await child).stdout.split(' ').map(Number)
   return { status, bytes, firstByteMs: firstByte * 1000, totalMs: total * 1000 }
+}
+
+/** The body of one GET by curl, through a file. */
+export async function curlBody (url: string, headers: Record<string, string> = {}): Promise<Buffer> {
+  const file = path.join(WORK_DIR, 'body')
+  await curlGet(url, headers, file)
+  const body = await readFile(file)
+  await rm(file)
+  return body
 }

@@ -5,7 +5,7 @@
  */
 import { type ScenarioGroup, ratioText, row, verdict } from '../report.js'
 import {
-  AUTH, LIST_PATH, type RunningServer, log, median, numberFromEnv, readMetric, restoreTable, startSeeded, startServer
+  type RunningServer, getList, log, median, numberFromEnv, readMetric, restoreTable, startSeeded, startServer
 } from '../servers.js'
 import { type LoadResult, runLoad, settings } from '../wrk.js'
 
@@ -39,7 +39,7 @@ async function measureWindow (fleet: RunningServer[], mix: string, round: number
   const readings = async (name: string): Promise<Samples[]> =>
     await Promise.all(fleet.map(async server => await readMetric(server, name)))
   // Every instance's list built before the window, as after any start.
-  for (const server of fleet) await (await fetch(`${server.url}${LIST_PATH}`, { headers: AUTH })).arrayBuffer()
+  for (const server of fleet) await getList(server.url)
   const readsBefore = await readings(READS)
   const requestsBefore = await readings(REQUESTS)
   const half = Math.floor(ROWS / 2)

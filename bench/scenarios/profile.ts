@@ -6,7 +6,7 @@ import { readdir, readFile, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { cpuSplit, postgresCpuSeconds } from '../proc-stats.js'
 import { type ScenarioGroup, header, row } from '../report.js'
-import { AUTH, LIST_PATH, ROOT, type RunningServer, log, metricTotal, numberFromEnv, startSeeded } from '../servers.js'
+import { AUTH, ROOT, type RunningServer, getList, log, metricTotal, numberFromEnv, startSeeded } from '../servers.js'
 import { type LoadKind, runLoad, settings } from '../wrk.js'
 
 /** Rows seeded; a PATCH updates one at random, and with 10,000 most updates never meet another of their row. */
@@ -151,10 +151,9 @@ export const profile: ScenarioGroup = {
     const { server } = await startSeeded('service', postgres, ROWS, { label: 'profile', nodeArgs })
     const windows: Window[] = []
     try {
-      const first = await fetch(`${server.url}${LIST_PATH}`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
-      await first.arrayBuffer()
+      const { etag } = await getList(server.url)
       for (const window of WINDOWS.filter(w => wanted.includes(w.id))) {
-        windows.push(await profileWindow(server, window, first.headers.get('etag') ?? '', postgres.postmasterPid))
+        windows.push(await profileWindow(server, window, etag, postgres.postmasterPid))
         log(`profile ${window.id}: ${windows.at(-1)?.rps.toFixed(0)} req/s`)
       }
     } finally {

@@ -4,7 +4,7 @@ import path from 'node:path'
 import { cpuSeconds, machineBusyCpuSeconds, peakRssBytes, resetPeakRss } from '../proc-stats.js'
 import { type ScenarioGroup, type Verdict, header, mb, ratioText, rotate, row, verdict } from '../report.js'
 import {
-  AUTH, DATABASE_PEERS, LIST_PATH, type Postgres, ROOT, type RunningServer, type ServerKind, log,
+  AUTH, DATABASE_PEERS, LIST_PATH, type Postgres, ROOT, type RunningServer, type ServerKind, getList, log,
   numberFromEnv, restoreTable, seedJson, sql, startSeeded
 } from '../servers.js'
 import { type LoadKind, type LoadResult, type LoadSpec, runLoad, settings } from '../wrk.js'
@@ -145,13 +145,6 @@ function combineRounds (rounds: Measurement[]): Measurement {
   return { ...middle, failures, peakRssBytes, rounds: rounds.map(r => r.rps) }
 }
 
-/** The list, asked without Accept-Encoding as wrk asks (the compressed list's tag would never match). */
-async function identityList (url: string): Promise<{ status: number, bytes: number, etag: string }> {
-  const response = await fetch(`${url}${LIST_PATH}`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
-  const bytes = (await response.arrayBuffer()).byteLength
-  return { status: response.status, bytes, etag: response.headers.get('etag') ?? '"no tag was sent"' }
-}
-
 /** A page must hold PAGE_LIMIT rows and name the next: else the service does not page, and its rate means nothing. */
 async function checkPage (url: string): Promise<void> {
   const response = await fetch(url, { headers: AUTH })
@@ -184,7 +177,7 @@ Promise<LoadSpec> {
   const spec: LoadSpec = { url: server.url, kind: scenario.kind, connections, durationS, warmupS, headers }
   spec.path = scenario.path
   if (scenario.path !== undefined) await checkPage(`${server.url}${scenario.path}`)
-  if (scenario.id === 'etag') headers['if-none-match'] = (await identityList(server.url)).etag
+  if (scenario.id === 'etag') headers['if-none-match'] = (await getList(server.url)).etag
   if (scenario.id === 'keys') headers.authorization = `Bearer ${managedKey(databaseUrl)}`
   if (scenario.kind === 'patch') spec.updateIds = { first: 1, last: scenario.rows }
   if (scenario.kind === 'delete') {
@@ -192,7 +185,7 @@ Promise<LoadSpec> {
     spec.deleteIds = { ...await deleteRange(databaseUrl, createRate, durationS + warmupS), stream: 0, streams: 1 }
   }
   // Deployed, the service holds its list cached (the delete block's INSERT dropped it), and every write changes it.
-  if (scenario.kind === 'patch' || scenario.kind === 'delete') await identityList(server.url)
+  if (scenario.kind === 'patch' || scenario.kind === 'delete') await getList(server.url)
   return spec
 }
 
@@ -208,7 +201,7 @@ Promise<void> {
       log(`${label}: starting`)
       const running = await startSeeded(kind, postgres, rows, { label, cheapCommits })
       started.set(kind, running)
-      const list = await identityList(running.server.url)
+      const list = await getList(running.server.url)
       if (list.bytes !== expectedBytes) throw new Error(`${label}: a list of ${list.bytes} bytes, not ${expectedBytes}`)
     }
     for (const scenario of scenarios) {
