@@ -182,7 +182,7 @@ Promise<LoadSpec> {
   if (scenario.kind === 'patch') spec.updateIds = { first: 1, last: scenario.rows }
   if (scenario.kind === 'delete') {
     const createRate = find(results, server.kind, scenario.cheapCommits ? 'post-cheap' : 'post')?.rps ?? 0
-    spec.deleteIds = { ...await deleteRange(databaseUrl, createRate, durationS + warmupS), stream: 0, streams: 1 }
+    spec.deleteIds = await deleteRange(databaseUrl, createRate, durationS + warmupS)
   }
   // Deployed, the service holds its list cached (the delete block's INSERT dropped it), and every write changes it.
   if (scenario.kind === 'patch' || scenario.kind === 'delete') await getList(server.url)
