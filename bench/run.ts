@@ -25,8 +25,7 @@ function chosenIds (): string[] {
   const known = GROUPS.flatMap(group => group.ids)
   const unknown = asked.filter(id => !known.includes(id))
   if (unknown.length > 0) throw new Error(`unknown scenario ${unknown.join(', ')}; known: ${known.join(', ')}`)
-  if (asked.length > 0) return asked
-  return GROUPS.filter(group => group.byDefault).flatMap(group => group.ids)
+  return asked.length > 0 ? asked : sideBySide.ids
 }
 
 const loadAverages = (): string => os.loadavg().map(value => value.toFixed(2)).join(' ')

@@ -6,7 +6,7 @@ import { finished } from 'node:stream/promises'
 import { Worker } from 'node:worker_threads'
 import { to as copyTo } from 'pg-copy-streams'
 import { cpuSeconds, peakRssBytes, resetPeakRss } from '../proc-stats.js'
-import { type ScenarioGroup, type Verdict, mb, ratioText, row, verdict } from '../report.js'
+import { type ScenarioGroup, type Verdict, header, mb, ratioText, row, verdict } from '../report.js'
 import {
   LIST_PATH, curlBody, curlGet, log, median, numberFromEnv, seedLongRows, send, startServer, withClient
 } from '../servers.js'
@@ -175,7 +175,6 @@ function verdicts (rounds: Round[], peakRss: number, bodyBytes: number): Verdict
 
 export const bigList: ScenarioGroup = {
   ids: ['big-list'],
-  byDefault: false,
   run: async (postgres) => {
     const databaseUrl = await postgres.createDatabase('big')
     await seedLongRows(databaseUrl, ROWS)
@@ -196,8 +195,7 @@ export const bigList: ScenarioGroup = {
       `${ROWS.toLocaleString('en')} rows, ${(bodyBytes / 1e6).toFixed(1)} MB of JSON, read by curl; each round a new ` +
         'service process. Milliseconds, medians of a round\'s GETs; in brackets the probe\'s slowest answer.',
       '',
-      row(['phase', ...done.map((_, i) => `round ${i + 1}`)]),
-      row(['---', ...done.map(() => '---:')]),
+      ...header(['phase', ...done.map((_, i) => `round ${i + 1}`)]),
       ...PHASES.map(phase => row([phase, ...done.map(round => cell(round, phase))]))
     ]
     return { title: 'Big list', lines, verdicts: verdicts(done, peakRss, bodyBytes) }

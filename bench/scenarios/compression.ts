@@ -20,7 +20,6 @@ const megabytes = (bytes: number): string => `${(bytes / 1e6).toFixed(1)} MB`
 
 export const compression: ScenarioGroup = {
   ids: ['compression'],
-  byDefault: false,
   run: async (postgres) => {
     const databaseUrl = await postgres.createDatabase('compression')
     await seedLongRows(databaseUrl, ROWS)

@@ -67,7 +67,6 @@ async function measureWindow (fleet: RunningServer[], mix: string, round: number
 
 export const fleet: ScenarioGroup = {
   ids: ['fleet'],
-  byDefault: false,
   run: async (postgres) => {
     const { rounds, durationS, warmupS, connections } = settings(OWN_SETTINGS)
     const first = await startSeeded('service', postgres, ROWS, { label: 'fleet-0' })

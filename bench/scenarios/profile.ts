@@ -143,7 +143,6 @@ function windowLines (window: Window, byPart: Map<string, number>): string[] {
 
 export const profile: ScenarioGroup = {
   ids: ['profile'],
-  byDefault: false,
   run: async (postgres) => {
     const wanted = (process.env.PROFILE_SCENARIOS ?? 'get100,etag,post').split(',')
     await rm(OUT, { recursive: true, force: true })

@@ -99,6 +99,8 @@ interface Measurement extends LoadResult {
   rounds: number[]
 }
 
+const phaseOf = (s: Scenario): string => `${s.rows}${s.cheapCommits ? '-cheap' : ''}`
+
 const find = (results: Measurement[], server: ServerKind, scenario: string): Measurement | undefined =>
   results.find(r => r.server === server && r.scenario === scenario)
 
@@ -191,13 +193,14 @@ Promise<LoadSpec> {
 
 async function runPhase (scenarios: Scenario[], servers: ServerKind[], postgres: Postgres, results: Measurement[]):
 Promise<void> {
-  const { rows, cheapCommits } = scenarios[0] as Scenario
+  const first = scenarios[0] as Scenario
+  const { rows, cheapCommits } = first
   const kinds = servers.filter(kind => scenarios.some(s => s.servers.includes(kind)))
   const started = new Map<ServerKind, { server: RunningServer, databaseUrl: string }>()
   const expectedBytes = Buffer.byteLength(seedJson(rows))
   try {
     for (const kind of kinds) {
-      const label = `${kind}-${rows}${cheapCommits ? '-cheap' : ''}`
+      const label = `${kind}-${phaseOf(first)}`
       log(`${label}: starting`)
       const running = await startSeeded(kind, postgres, rows, { label, cheapCommits })
       started.set(kind, running)
@@ -275,19 +278,16 @@ function tables (results: Measurement[]): string[] {
 
 export const sideBySide: ScenarioGroup = {
   ids: SCENARIOS.map(s => s.id),
-  byDefault: true,
   run: async (postgres, ids) => {
     const chosen = (process.env.BENCH_SERVERS ?? '').split(',').filter(kind => kind !== '')
     const hasBaseline = (process.env.BENCH_BASELINE_DIR ?? '') !== ''
     const wanted = (kind: ServerKind): boolean => (chosen.length === 0 || chosen.includes(kind))
     const servers = ORDER.filter(kind => wanted(kind) && (kind !== 'baseline' || hasBaseline))
     const results: Measurement[] = []
-    const same = (a: typeof SMALL, b: typeof SMALL): boolean => a.rows === b.rows && a.cheapCommits === b.cheapCommits
-    // PAGE_ROWS may name a table another phase has already.
-    const phases = [SMALL, LARGE, CHEAP, PAGED].filter((phase, i, all) => all.findIndex(p => same(p, phase)) === i)
-    for (const phase of phases) {
-      const scenarios = SCENARIOS.filter(s => ids.includes(s.id) && same(s, phase))
-      if (scenarios.length > 0) await runPhase(scenarios, servers, postgres, results)
+    // A phase per table; PAGE_ROWS may name a table another phase has already.
+    const chosenScenarios = SCENARIOS.filter(s => ids.includes(s.id))
+    for (const phase of new Set(chosenScenarios.map(phaseOf))) {
+      await runPhase(chosenScenarios.filter(s => phaseOf(s) === phase), servers, postgres, results)
     }
     const { durationS, warmupS, rounds, connections } = settings()
     const how = `wrk, ${connections} connections, ${durationS} s after ${warmupS} s of warm-up, ${rounds} round(s)`
