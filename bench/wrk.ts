@@ -31,8 +31,8 @@ export interface LoadSpec extends Omit<Settings, 'rounds'> {
   kind: LoadKind
   path?: string
   headers?: Record<string, string>
-  /** patch, writes: the ids updated at random. */
-  updateIds?: { first: number, last: number }
+  /** patch, writes: a random id of 1 to this is updated. */
+  updateRows?: number
   /** delete, writes: the ids deleted, each once over all streams; this load is stream `stream` (0) of `streams` (1). */
   deleteIds?: { first: number, last: number, stream?: number, streams?: number }
   /** Each connection waits this long before its next request (the soak's steady rate). */
@@ -75,8 +75,7 @@ async function wrk (spec: LoadSpec, durationS: number, deleteStream: number): Pr
     ...process.env,
     BENCH_WRK_KIND: spec.kind,
     BENCH_WRK_DELAY_MS: String(spec.delayMs ?? 0),
-    BENCH_WRK_UPDATE_FIRST: String(spec.updateIds?.first ?? 1),
-    BENCH_WRK_UPDATE_LAST: String(spec.updateIds?.last ?? 1),
+    BENCH_WRK_UPDATE_ROWS: String(spec.updateRows ?? 1),
     BENCH_WRK_DELETE_STEP: String(DELETE_STEP),
     BENCH_WRK_DELETE_FIRST: String(first),
     BENCH_WRK_DELETE_COUNT: String(last - first + 1),

@@ -50,7 +50,7 @@ async function measureWindow (fleet: RunningServer[], mix: string, round: number
     durationS,
     warmupS,
     // Updates in the lower half, deletes in the upper: an update never meets a deleted row.
-    updateIds: { first: 1, last: half },
+    updateRows: half,
     deleteIds: { first: half + 1, last: ROWS, stream: round * fleet.length + i, streams: rounds * fleet.length }
   })))
   const reads = since(await readings(READS), readsBefore)

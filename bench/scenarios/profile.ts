@@ -105,8 +105,7 @@ async function profileWindow (server: RunningServer, window: typeof WINDOWS[numb
     await Promise.all(batchMetrics.map(async name => await metricTotal(server, name)))
   const before = await batches()
   let start = { us: 0, cpu: { user: 0, system: 0, children: 0 }, db: 0 }
-  const updateIds = { first: 1, last: ROWS }
-  const spec = { url: server.url, kind: window.kind, headers, connections, durationS, warmupS, updateIds }
+  const spec = { url: server.url, kind: window.kind, headers, connections, durationS, warmupS, updateRows: ROWS }
   const result = await runLoad(spec, () => {
     start = { us: nowUs(), cpu: cpuSplit(server.pid), db: postgresCpuSeconds(postmasterPid) }
   })

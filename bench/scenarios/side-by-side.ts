@@ -181,7 +181,7 @@ Promise<LoadSpec> {
   if (scenario.path !== undefined) await checkPage(`${server.url}${scenario.path}`)
   if (scenario.id === 'etag') headers['if-none-match'] = (await getList(server.url)).etag
   if (scenario.id === 'keys') headers.authorization = `Bearer ${managedKey(databaseUrl)}`
-  if (scenario.kind === 'patch') spec.updateIds = { first: 1, last: scenario.rows }
+  if (scenario.kind === 'patch') spec.updateRows = scenario.rows
   if (scenario.kind === 'delete') {
     const createRate = find(results, server.kind, scenario.cheapCommits ? 'post-cheap' : 'post')?.rps ?? 0
     spec.deleteIds = await deleteRange(databaseUrl, createRate, durationS + warmupS)

@@ -1,5 +1,5 @@
 -- The requests of one load for wrk (bench/wrk.ts, one thread), and its result as one JSON line.
--- BENCH_WRK_KIND: get (wrk's own precomputed request), post, patch (a random id of the update range), delete (each
+-- BENCH_WRK_KIND: get (wrk's own precomputed request), post, patch (a random id of 1 to update_rows), delete (each
 -- id of the delete range once), mixed (every ONE_WRITE_IN-th request a POST, the rest GET) or writes (every
 -- ONE_WRITE_IN-th request a write: a create, an update and a delete in turn, the rest GET).
 local function number(name)
@@ -7,8 +7,7 @@ local function number(name)
 end
 
 local kind = os.getenv("BENCH_WRK_KIND")
-local update_first = number("BENCH_WRK_UPDATE_FIRST")
-local update_last = number("BENCH_WRK_UPDATE_LAST")
+local update_rows = number("BENCH_WRK_UPDATE_ROWS")
 local delete_first = number("BENCH_WRK_DELETE_FIRST")
 local delete_count = number("BENCH_WRK_DELETE_COUNT")
 local delete_stream = number("BENCH_WRK_DELETE_STREAM")
@@ -42,7 +41,7 @@ local function create()
 end
 
 local function update()
-  local id = math.random(update_first, update_last)
+  local id = math.random(update_rows)
   return wrk.format("PATCH", wrk.path .. "/" .. id, patch_headers, '{"name":"bench ' .. sent .. '"}')
 end
 
@@ -60,19 +59,14 @@ local function write()
   return delete()
 end
 
-local only = { post = create, patch = update, delete = delete }
-local one_in_every = { mixed = create, writes = write }
+local write_of = { post = create, patch = update, delete = delete, mixed = create, writes = write }
+local one_write_in = (kind == "mixed" or kind == "writes") and ONE_WRITE_IN or 1
 
 -- Only a script with a request() function makes wrk build every request anew; GET keeps the static one.
-if only[kind] ~= nil then
+if write_of[kind] ~= nil then
   function request()
     sent = sent + 1
-    return only[kind]()
-  end
-elseif one_in_every[kind] ~= nil then
-  function request()
-    sent = sent + 1
-    if sent % ONE_WRITE_IN == 0 then return one_in_every[kind]() end
+    if sent % one_write_in == 0 then return write_of[kind]() end
     return get_request
   end
 end
