@@ -4,7 +4,7 @@
  * - floor: @fastify/bearer-auth as its README shows, the list as one Buffer made once, with its ETag and 304;
  * - ceiling: no database, no auth, no logging; the list an in-memory array serialized through the response schema;
  * - naive: what a competent developer writes in an hour with pg: one pool query per request, no cache, a plain
- *   string compare for the key, Fastify's logging at LOG_LEVEL, and the table of the service's first migration.
+ *   string compare for the key, Fastify's logging at LOG_LEVEL (bench/servers.ts creates its table).
  */
 import bearerAuth from '@fastify/bearer-auth'
 import { Type } from 'typebox'
@@ -36,12 +36,6 @@ if (mode === 'naive') {
   pg.types.setTypeParser(INT8_OID, BigInt)
   const bearers = new Set(keys.map(key => `Bearer ${key}`))
   const pool = new pg.Pool({ connectionString: env.DATABASE_URL })
-  await pool.query(`CREATE TABLE IF NOT EXISTS categories (
-    id          bigserial PRIMARY KEY,
-    name        text NOT NULL CHECK (char_length(name) BETWEEN 1 AND 255),
-    description text CHECK (char_length(description) <= 2000)
-  )`)
-  app.addHook('onClose', async () => { await pool.end() })
   app.addHook('onRequest', async (request, reply) => {
     if (bearers.has(request.headers.authorization ?? '')) return
     const body = { code: 'UNAUTHORIZED', message: 'missing or invalid API key', status: 401 }
@@ -84,5 +78,4 @@ if (mode === 'naive') {
   })
 }
 
-process.once('SIGTERM', () => { app.close().then(() => process.exit(0), () => process.exit(1)) })
 await app.listen({ port: Number(env.PORT ?? 3000), host: env.HOST ?? '127.0.0.1' })

@@ -17,8 +17,6 @@ export interface Section {
 /** Scenarios that share their servers: run with the ids of them that were asked for. */
 export interface ScenarioGroup {
   ids: string[]
-  /** Run when BENCH_SCENARIOS is unset. */
-  byDefault: boolean
   run: (postgres: Postgres, ids: string[]) => Promise<Section>
 }
 

@@ -11,7 +11,7 @@ import { profile } from './scenarios/profile.js'
 import { sideBySide } from './scenarios/side-by-side.js'
 import { soak } from './scenarios/soak.js'
 import { tracing } from './scenarios/tracing.js'
-import { ROOT, WORK_DIR, ensurePeers, log, startPostgres } from './servers.js'
+import { ROOT, WORK_DIR, log, startPostgres } from './servers.js'
 import { serviceNodeFlags } from './start-command.js'
 import { ensureWrk } from './wrk.js'
 
@@ -25,8 +25,7 @@ function chosenIds (): string[] {
   const known = GROUPS.flatMap(group => group.ids)
   const unknown = asked.filter(id => !known.includes(id))
   if (unknown.length > 0) throw new Error(`unknown scenario ${unknown.join(', ')}; known: ${known.join(', ')}`)
-  if (asked.length > 0) return asked
-  return GROUPS.filter(group => group.byDefault).flatMap(group => group.ids)
+  return asked.length > 0 ? asked : sideBySide.ids
 }
 
 const loadAverages = (): string => os.loadavg().map(value => value.toFixed(2)).join(' ')
@@ -43,8 +42,6 @@ async function main (): Promise<void> {
   const ids = chosenIds()
   if ((os.loadavg()[0] ?? 0) > os.availableParallelism() / 2) log(`the machine is busy (${loadBefore}): expect noise`)
   const wrkVersion = ensureWrk()
-  const peersWanted = /^$|bun|express|hono/.test(process.env.BENCH_SERVERS ?? '')
-  if (peersWanted && ids.some(id => sideBySide.ids.includes(id))) ensurePeers()
   const postgres = await startPostgres()
   log(`scenarios ${ids.join(', ')}; logs in ${WORK_DIR}`)
   const sections: Section[] = []

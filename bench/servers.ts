@@ -2,7 +2,7 @@
 import { execFile, execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, statSync } from 'node:fs'
-import { chmod, mkdir, mkdtemp, open, rm, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -39,7 +39,7 @@ export function log (message: string): void {
 
 export type ServerKind = 'floor' | 'ceiling' | 'naive' | 'express' | 'hono' | 'bun' | 'baseline' | 'service'
 export const DATABASE_PEERS: ServerKind[] = ['naive', 'express', 'hono', 'bun']
-export const IN_MEMORY: ServerKind[] = ['floor', 'ceiling']
+const IN_MEMORY: ServerKind[] = ['floor', 'ceiling']
 
 export interface Postgres {
   version: string
@@ -49,17 +49,20 @@ export interface Postgres {
   stop: () => Promise<void>
 }
 
-/** One statement on its own connection, without the statement timeout the service sets on its role. */
-export async function sql (url: string, text: string, values: unknown[] = []): Promise<pg.QueryResult> {
+/** A connection of its own, without the statement timeout the service sets on its role. */
+export async function withClient<T> (url: string, use: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: url })
   await client.connect()
   try {
     await client.query('SET statement_timeout = 0')
-    return await client.query(text, values)
+    return await use(client)
   } finally {
     await client.end()
   }
 }
+
+export const sql = async (url: string, text: string, values: unknown[] = []): Promise<pg.QueryResult> =>
+  await withClient(url, async client => await client.query(text, values))
 
 export async function startPostgres (): Promise<Postgres> {
   await rm(WORK_DIR, { recursive: true, force: true })
@@ -97,7 +100,7 @@ export interface RunningServer {
 
 export interface ServerOptions {
   label: string
-  /** Extra node flags (the profiler's --cpu-prof); for the service after npm start's own. */
+  /** The service's node flags after npm start's own (the profiler's --cpu-prof). */
   nodeArgs?: string[]
   /** More settings for the service, e.g. tracing's OTEL_* (after BENCH_SERVICE_ENV). */
   env?: Record<string, string>
@@ -106,7 +109,7 @@ export interface ServerOptions {
 const PEERS = path.join(ROOT, 'bench', 'peers')
 
 /** The peers' own dependencies (bench/peers), installed from their lockfile on first use and when it changes. */
-export function ensurePeers (): void {
+function ensurePeers (): void {
   const installed = path.join(PEERS, 'node_modules', '.package-lock.json')
   const lockfile = path.join(PEERS, 'package-lock.json')
   if (existsSync(installed) && statSync(installed).mtimeMs >= statSync(lockfile).mtimeMs) return
@@ -122,7 +125,7 @@ function benchServiceEnv (): Record<string, string> {
   return Object.fromEntries(words.map(word => [word.slice(0, word.indexOf('=')), word.slice(word.indexOf('=') + 1)]))
 }
 
-function launch (kind: ServerKind, nodeArgs: string[]): { command: string, args: string[], cwd: string } {
+function launch (kind: ServerKind, nodeArgs: string[] = []): { command: string, args: string[], cwd: string } {
   const node = process.execPath
   const baselineDir = process.env.BENCH_BASELINE_DIR ?? ''
   switch (kind) {
@@ -132,12 +135,14 @@ function launch (kind: ServerKind, nodeArgs: string[]): { command: string, args:
       if (baselineDir === '') throw new Error('the baseline server needs BENCH_BASELINE_DIR (a checkout with dist/)')
       return { command: node, args: [...serviceNodeFlags(), 'dist/server.js'], cwd: baselineDir }
     case 'bun':
+      ensurePeers()
       return { command: path.join(PEERS, 'node_modules', '.bin', 'bun'), args: ['bench/peers/elysia.js'], cwd: ROOT }
     case 'express':
     case 'hono':
-      return { command: node, args: [...nodeArgs, `bench/peers/${kind}.js`], cwd: ROOT }
+      ensurePeers()
+      return { command: node, args: [`bench/peers/${kind}.js`], cwd: ROOT }
     default:
-      return { command: node, args: [...nodeArgs, '--import', 'tsx', 'bench/fastify.ts'], cwd: ROOT }
+      return { command: node, args: ['--import', 'tsx', 'bench/fastify.ts'], cwd: ROOT }
   }
 }
 
@@ -177,7 +182,7 @@ export async function startServer (kind: ServerKind, databaseUrl: string | undef
     ...service ? { METRICS_PORT: String(metricsPort), SHUTDOWN_DRAIN_MS: '0' } : {},
     ...kind === 'service' ? { ...benchServiceEnv(), ...options.env } : {}
   }
-  const { command, args, cwd } = launch(kind, options.nodeArgs ?? [])
+  const { command, args, cwd } = launch(kind, options.nodeArgs)
   const logHandle = await open(logFile, 'a')
   const child = spawn(command, args, { cwd, env, stdio: ['ignore', logHandle.fd, logHandle.fd] })
   const exit = once(child, 'exit')
@@ -209,6 +214,13 @@ export function seedJson (count: number): string {
   })
   return JSON.stringify(rows)
 }
+
+/** The table of the service's first migration, for the servers that have no migrations of their own. */
+const CREATE_TABLE = `CREATE TABLE categories (
+  id          bigserial PRIMARY KEY,
+  name        text NOT NULL CHECK (char_length(name) BETWEEN 1 AND 255),
+  description text CHECK (char_length(description) <= 2000)
+)`
 
 async function seedBySql (databaseUrl: string, count: number): Promise<void> {
   await sql(databaseUrl, `INSERT INTO categories (name, description)
@@ -243,6 +255,7 @@ export async function startSeeded (kind: ServerKind, postgres: Postgres, rows: n
     return { server: await startServer(kind, undefined, { ...options, rowsFile }), databaseUrl: '' }
   }
   const databaseUrl = await postgres.createDatabase(options.label, options.cheapCommits)
+  if (DATABASE_PEERS.includes(kind)) await sql(databaseUrl, CREATE_TABLE)
   const server = await startServer(kind, databaseUrl, options)
   try {
     await seedBySql(databaseUrl, rows)
@@ -267,6 +280,22 @@ export async function readMetric (server: RunningServer, name: string): Promise<
 export const metricTotal = async (server: RunningServer, name: string): Promise<number> =>
   [...(await readMetric(server, name)).values()].reduce((total, value) => total + value, 0)
 
+/** One GET of the list, asked without Accept-Encoding as wrk asks (the compressed list's tag would never match). */
+export async function getList (url: string): Promise<{ status: number, bytes: number, etag: string }> {
+  const response = await fetch(`${url}${LIST_PATH}`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
+  const bytes = (await response.arrayBuffer()).byteLength
+  return { status: response.status, bytes, etag: response.headers.get('etag') ?? '"no tag was sent"' }
+}
+
+/** One write by fetch; an answer other than 2xx throws. */
+export async function send (url: string, method: string, body?: object): Promise<void> {
+  const contentType = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
+  const headers = body === undefined ? AUTH : { ...AUTH, 'content-type': contentType }
+  const response = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
+  await response.arrayBuffer()
+  if (response.status >= 300) throw new Error(`${method} ${url} answered ${response.status}`)
+}
+
 export interface Transfer { status: number, bytes: number, firstByteMs: number, totalMs: number }
 
 /**
@@ -281,4 +310,13 @@ Promise<Transfer> {
   child.child.stdin?.end(lines.join(''))
   const [status = 0, bytes = 0, firstByte = 0, total = 0] = (await child).stdout.split(' ').map(Number)
   return { status, bytes, firstByteMs: firstByte * 1000, totalMs: total * 1000 }
+}
+
+/** The body of one GET by curl, through a file. */
+export async function curlBody (url: string, headers: Record<string, string> = {}): Promise<Buffer> {
+  const file = path.join(WORK_DIR, 'body')
+  await curlGet(url, headers, file)
+  const body = await readFile(file)
+  await rm(file)
+  return body
 }

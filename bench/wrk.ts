@@ -2,14 +2,13 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import path from 'node:path'
+import { cpuSplit } from './proc-stats.js'
 import { AUTH, LIST_PATH, log, numberFromEnv } from './servers.js'
 
 const SCRIPT = path.join(import.meta.dirname, 'wrk', 'scenario.lua')
 /** Slow answers (a 10,000-row list on a busy machine) count in the throughput and the p99, not as errors. */
 const TIMEOUT = '30s'
 const SETTLE_TIMEOUT_MS = 60_000
-/** The write share of `mixed` and `writes`. */
-const ONE_WRITE_IN = 20
 /** A prime: stepping by it through a smaller range of ids visits each once, in scattered order. */
 const DELETE_STEP = 1_000_003
 
@@ -32,17 +31,17 @@ export interface LoadSpec extends Omit<Settings, 'rounds'> {
   kind: LoadKind
   path?: string
   headers?: Record<string, string>
-  /** patch, writes: the ids updated at random. */
-  updateIds?: { first: number, last: number }
-  /** delete, writes: the ids deleted, each once over every stream; this load is stream `stream` of `streams`. */
-  deleteIds?: { first: number, last: number, stream: number, streams: number }
+  /** patch, writes: a random id of 1 to this is updated. */
+  updateRows?: number
+  /** delete, writes: the ids deleted, each once over all streams; this load is stream `stream` (0) of `streams` (1). */
+  deleteIds?: { first: number, last: number, stream?: number, streams?: number }
   /** Each connection waits this long before its next request (the soak's steady rate). */
   delayMs?: number
 }
 
 /**
  * As wrk/scenario.lua writes it. failures: socket errors, timeouts and statuses above 399 (wrk tells no more);
- * bytesPerResponse, headers included, tells a 304 from a 200; cpuSeconds: wrk's own.
+ * bytesPerResponse, headers included, tells a 304 from a 200; cpuSeconds: wrk's own (loads run at once share theirs).
  */
 export interface LoadResult {
   rps: number
@@ -75,10 +74,8 @@ async function wrk (spec: LoadSpec, durationS: number, deleteStream: number): Pr
   const env = {
     ...process.env,
     BENCH_WRK_KIND: spec.kind,
-    BENCH_WRK_EVERY: String(ONE_WRITE_IN),
     BENCH_WRK_DELAY_MS: String(spec.delayMs ?? 0),
-    BENCH_WRK_UPDATE_FIRST: String(spec.updateIds?.first ?? 1),
-    BENCH_WRK_UPDATE_LAST: String(spec.updateIds?.last ?? 1),
+    BENCH_WRK_UPDATE_ROWS: String(spec.updateRows ?? 1),
     BENCH_WRK_DELETE_STEP: String(DELETE_STEP),
     BENCH_WRK_DELETE_FIRST: String(first),
     BENCH_WRK_DELETE_COUNT: String(last - first + 1),
@@ -89,6 +86,7 @@ async function wrk (spec: LoadSpec, durationS: number, deleteStream: number): Pr
   const headers = Object.entries(spec.headers ?? AUTH).flatMap(([name, value]) => ['-H', `${name}: ${value}`])
   const target = `${spec.url}${spec.path ?? LIST_PATH}`
   const args = ['-t1', '-c', String(spec.connections), '-d', `${durationS}s`, '--timeout', TIMEOUT, ...headers]
+  const childrenBefore = cpuSplit(process.pid).children
   const child = spawn('wrk', [...args, '-s', SCRIPT, target], { stdio: ['ignore', 'pipe', 'pipe'], env })
   let out = ''
   child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString() })
@@ -96,7 +94,9 @@ async function wrk (spec: LoadSpec, durationS: number, deleteStream: number): Pr
   const [code] = await once(child, 'close') as [number | null]
   const line = out.split('\n').find(l => l.startsWith('BENCH_RESULT '))
   if (code !== 0 || line === undefined) throw new Error(`wrk exited with ${code}: ${out.trim()}`)
-  return JSON.parse(line.slice('BENCH_RESULT '.length)) as LoadResult
+  // wrk's CPU: what this process's reaped children used meanwhile.
+  const cpuSeconds = cpuSplit(process.pid).children - childrenBefore
+  return { ...JSON.parse(line.slice('BENCH_RESULT '.length)) as Omit<LoadResult, 'cpuSeconds'>, cpuSeconds }
 }
 
 /** One answer to a plain GET: requests still in flight from the last window do not leak into the next. */

@@ -1,4 +1,4 @@
-// What every peer shares: the key, the table (the service's first migration) and the row shape on the wire.
+// What every peer shares: the key and the row shape on the wire (bench/servers.ts creates their table).
 export const env = process.env
 const keys = (env.API_KEYS ?? '').split(',').filter(k => k !== '')
 export const expectedAuthorization = new Set(keys.map(k => `Bearer ${k}`))
@@ -11,12 +11,6 @@ export const invalid = {
   status: 400
 }
 export const INSERT = 'INSERT INTO categories (name, description) VALUES ($1, $2) RETURNING id, name, description'
-
-export const CREATE_TABLE = `CREATE TABLE IF NOT EXISTS categories (
-  id          bigserial PRIMARY KEY,
-  name        text NOT NULL CHECK (char_length(name) BETWEEN 1 AND 255),
-  description text CHECK (char_length(description) <= 2000)
-)`
 
 /** int8 arrives as a string from postgres.js and Bun.SQL; the API sends a JSON integer and omits a null description. */
 export function toCategory ({ id, name, description }) {

@@ -1,9 +1,7 @@
 // Elysia on Bun with Bun's own SQL client, as their documentation writes it: one query a request, no cache.
 import { sql } from 'bun'
 import { Elysia, t } from 'elysia'
-import { CREATE_TABLE, expectedAuthorization, host, invalid, port, toCategory, unauthorized } from './common.js'
-
-await sql.unsafe(CREATE_TABLE)
+import { expectedAuthorization, host, invalid, port, toCategory, unauthorized } from './common.js'
 
 new Elysia()
   .onBeforeHandle(({ headers, set }) => {

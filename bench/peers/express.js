@@ -2,11 +2,10 @@
 import express from 'express'
 import pg from 'pg'
 import {
-  CREATE_TABLE, INSERT, env, expectedAuthorization, host, invalid, isNewCategory, port, toCategory, unauthorized
+  INSERT, env, expectedAuthorization, host, invalid, isNewCategory, port, toCategory, unauthorized
 } from './common.js'
 
 const pool = new pg.Pool({ connectionString: env.DATABASE_URL })
-await pool.query(CREATE_TABLE)
 
 const app = express()
 app.use(express.json())
@@ -33,5 +32,4 @@ app.post('/v1/categories', async (req, res) => {
   res.status(201).location(`/v1/categories/${category.id}`).json(category)
 })
 
-const server = app.listen(port, host)
-process.once('SIGTERM', () => { server.close(() => { pool.end().then(() => process.exit(0), () => process.exit(1)) }) })
+app.listen(port, host)

@@ -2,12 +2,9 @@
 import { serve } from '@hono/node-server'
 import { Hono } from 'hono'
 import postgres from 'postgres'
-import {
-  CREATE_TABLE, env, expectedAuthorization, host, invalid, isNewCategory, port, toCategory, unauthorized
-} from './common.js'
+import { env, expectedAuthorization, host, invalid, isNewCategory, port, toCategory, unauthorized } from './common.js'
 
-const sql = postgres(env.DATABASE_URL, { onnotice: () => {} })
-await sql.unsafe(CREATE_TABLE)
+const sql = postgres(env.DATABASE_URL)
 
 const app = new Hono()
 
@@ -35,5 +32,4 @@ app.post('/v1/categories', async (c) => {
   return c.json(category, 201)
 })
 
-const server = serve({ fetch: app.fetch, port, hostname: host })
-process.once('SIGTERM', () => { server.close(() => { sql.end().then(() => process.exit(0), () => process.exit(1)) }) })
+serve({ fetch: app.fetch, port, hostname: host })

@@ -1,17 +1,14 @@
 // big-list: the one answer the contract lets grow without bound, read by curl in phases (bench/README.md).
 import { once } from 'node:events'
-import { readFile, rm } from 'node:fs/promises'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import path from 'node:path'
 import { finished } from 'node:stream/promises'
 import { Worker } from 'node:worker_threads'
-import pg from 'pg'
 import { to as copyTo } from 'pg-copy-streams'
 import { cpuSeconds, peakRssBytes, resetPeakRss } from '../proc-stats.js'
-import { type ScenarioGroup, type Verdict, mb, ratioText, row, verdict } from '../report.js'
+import { type ScenarioGroup, type Verdict, header, mb, ratioText, row, verdict } from '../report.js'
 import {
-  AUTH, LIST_PATH, WORK_DIR, curlGet, log, median, numberFromEnv, seedLongRows, startServer
+  LIST_PATH, curlBody, curlGet, log, median, numberFromEnv, seedLongRows, send, startServer, withClient
 } from '../servers.js'
 import { settings } from '../wrk.js'
 
@@ -73,25 +70,12 @@ async function staticServer (body: Buffer): Promise<http.Server> {
 
 /** PostgreSQL's own pace: `COPY … TO STDOUT` of the categories, read and dropped; milliseconds. */
 async function copyMs (databaseUrl: string): Promise<number> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    await client.query('SET statement_timeout = 0')
+  return await withClient(databaseUrl, async client => {
     const started = performance.now()
     const stream = client.query(copyTo('COPY (SELECT id, name, description FROM categories ORDER BY id) TO STDOUT'))
     await finished(stream.resume())
     return performance.now() - started
-  } finally {
-    await client.end()
-  }
-}
-
-async function write (url: string, method: string, body?: object): Promise<void> {
-  const contentType = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
-  const headers = body === undefined ? AUTH : { ...AUTH, 'content-type': contentType }
-  const response = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
-  await response.arrayBuffer()
-  if (response.status >= 300) throw new Error(`${method} ${url} answered ${response.status}`)
+  })
 }
 
 async function getChecked (url: string, bytes: number): Promise<number> {
@@ -130,12 +114,9 @@ Promise<{ timings: Round, peakRss: number, bodyBytes: number }> {
     const fresh = async (): Promise<number> => (await curlGet(list)).totalMs
     // To /dev/null like every timed GET; the bytes for node:http are fetched after, untimed (a file costs the disk).
     await timed(FIRST, fresh)
-    const bodyFile = path.join(WORK_DIR, 'big-list.json')
-    await curlGet(list, {}, bodyFile)
+    const body = await curlBody(list)
     await timed(IDLE, async () => await new Promise(resolve => setTimeout(() => resolve(IDLE_MS), IDLE_MS)))
     await timed(COPY, async () => await copyMs(databaseUrl))
-    const body = await readFile(bodyFile)
-    await rm(bodyFile)
     plain = await staticServer(body)
     const plainUrl = `http://127.0.0.1:${(plain.address() as AddressInfo).port}${LIST_PATH}`
     for (let i = 0; i < WARM_GETS; i++) {
@@ -147,12 +128,12 @@ Promise<{ timings: Round, peakRss: number, bodyBytes: number }> {
       await Promise.all(Array.from({ length: CONCURRENT_GETS }, async () => await getChecked(list, body.length)))
       return performance.now() - started
     })
-    await write(list, 'POST', { name: `big list round ${round}` })
+    await send(list, 'POST', { name: `big list round ${round}` })
     await timed(AFTER_CREATE, fresh)
-    await write(`${list}/${Math.ceil(ROWS / 2) + round}`, 'PATCH', { name: `renamed in round ${round}` })
+    await send(`${list}/${Math.ceil(ROWS / 2) + round}`, 'PATCH', { name: `renamed in round ${round}` })
     await timed(AFTER_UPDATE, fresh)
     // Ids are never reused: round r deletes id r, which no earlier round touched.
-    await write(`${list}/${round}`, 'DELETE')
+    await send(`${list}/${round}`, 'DELETE')
     await timed(AFTER_DELETE, fresh)
     return { timings, peakRss: peakRssBytes(server.pid), bodyBytes: body.length }
   } finally {
@@ -194,7 +175,6 @@ function verdicts (rounds: Round[], peakRss: number, bodyBytes: number): Verdict
 
 export const bigList: ScenarioGroup = {
   ids: ['big-list'],
-  byDefault: false,
   run: async (postgres) => {
     const databaseUrl = await postgres.createDatabase('big')
     await seedLongRows(databaseUrl, ROWS)
@@ -215,8 +195,7 @@ export const bigList: ScenarioGroup = {
       `${ROWS.toLocaleString('en')} rows, ${(bodyBytes / 1e6).toFixed(1)} MB of JSON, read by curl; each round a new ` +
         'service process. Milliseconds, medians of a round\'s GETs; in brackets the probe\'s slowest answer.',
       '',
-      row(['phase', ...done.map((_, i) => `round ${i + 1}`)]),
-      row(['---', ...done.map(() => '---:')]),
+      ...header(['phase', ...done.map((_, i) => `round ${i + 1}`)]),
       ...PHASES.map(phase => row([phase, ...done.map(round => cell(round, phase))]))
     ]
     return { title: 'Big list', lines, verdicts: verdicts(done, peakRss, bodyBytes) }

@@ -2,13 +2,11 @@
  * compression: the list compressed once per version and coding. curl GETs the list as it is, in gzip and in Brotli:
  * the first GET of each coding (compressed then), the next (compressed already) and the first after a create.
  */
-import { readFile, rm } from 'node:fs/promises'
-import path from 'node:path'
 import { brotliDecompressSync, gunzipSync } from 'node:zlib'
 import { cpuSeconds } from '../proc-stats.js'
 import { type ScenarioGroup, header, row, verdict } from '../report.js'
 import {
-  AUTH, LIST_PATH, WORK_DIR, curlGet, log, metricTotal, numberFromEnv, seedLongRows, startServer
+  LIST_PATH, curlBody, curlGet, log, metricTotal, numberFromEnv, seedLongRows, send, startServer
 } from '../servers.js'
 
 const ROWS = numberFromEnv('COMPRESSION_ROWS', 1_000_000)
@@ -22,7 +20,6 @@ const megabytes = (bytes: number): string => `${(bytes / 1e6).toFixed(1)} MB`
 
 export const compression: ScenarioGroup = {
   ids: ['compression'],
-  byDefault: false,
   run: async (postgres) => {
     const databaseUrl = await postgres.createDatabase('compression')
     await seedLongRows(databaseUrl, ROWS)
@@ -50,19 +47,14 @@ export const compression: ScenarioGroup = {
         await timed(coding, 'first of this coding')
         await timed(coding, 'next')
       }
-      const headers = { ...AUTH, 'content-type': 'application/json' }
-      const created = await fetch(list, { method: 'POST', headers, body: JSON.stringify({ name: 'compression' }) })
-      if (created.status !== 201) throw new Error(`the create answered ${created.status}`)
+      await send(list, 'POST', { name: 'compression' })
       for (const coding of COMPRESSED) await timed(coding, 'first after a create')
       // Each compressed body decodes to the identity body (test/ checks the tags).
-      const file = (coding: string): string => path.join(WORK_DIR, `compression.${coding}`)
-      await curlGet(list, { 'accept-encoding': 'identity' }, file('identity'))
-      const identity = await readFile(file('identity'))
+      const identity = await curlBody(list, { 'accept-encoding': 'identity' })
       for (const coding of COMPRESSED) {
-        await curlGet(list, { 'accept-encoding': coding }, file(coding))
-        if (!DECODE[coding](await readFile(file(coding))).equals(identity)) throw new Error(`${coding}: not the list`)
+        const decoded = DECODE[coding](await curlBody(list, { 'accept-encoding': coding }))
+        if (!decoded.equals(identity)) throw new Error(`${coding}: not the list`)
       }
-      await Promise.all(CODINGS.map(async coding => await rm(file(coding))))
       count = await metricTotal(server, 'categories_list_compressions_total')
     } finally {
       await server.stop()

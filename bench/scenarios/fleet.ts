@@ -5,7 +5,7 @@
  */
 import { type ScenarioGroup, ratioText, row, verdict } from '../report.js'
 import {
-  AUTH, LIST_PATH, type RunningServer, log, median, numberFromEnv, readMetric, restoreTable, startSeeded, startServer
+  type RunningServer, getList, log, median, numberFromEnv, readMetric, restoreTable, startSeeded, startServer
 } from '../servers.js'
 import { type LoadResult, runLoad, settings } from '../wrk.js'
 
@@ -39,7 +39,7 @@ async function measureWindow (fleet: RunningServer[], mix: string, round: number
   const readings = async (name: string): Promise<Samples[]> =>
     await Promise.all(fleet.map(async server => await readMetric(server, name)))
   // Every instance's list built before the window, as after any start.
-  for (const server of fleet) await (await fetch(`${server.url}${LIST_PATH}`, { headers: AUTH })).arrayBuffer()
+  for (const server of fleet) await getList(server.url)
   const readsBefore = await readings(READS)
   const requestsBefore = await readings(REQUESTS)
   const half = Math.floor(ROWS / 2)
@@ -50,7 +50,7 @@ async function measureWindow (fleet: RunningServer[], mix: string, round: number
     durationS,
     warmupS,
     // Updates in the lower half, deletes in the upper: an update never meets a deleted row.
-    updateIds: { first: 1, last: half },
+    updateRows: half,
     deleteIds: { first: half + 1, last: ROWS, stream: round * fleet.length + i, streams: rounds * fleet.length }
   })))
   const reads = since(await readings(READS), readsBefore)
@@ -67,7 +67,6 @@ async function measureWindow (fleet: RunningServer[], mix: string, round: number
 
 export const fleet: ScenarioGroup = {
   ids: ['fleet'],
-  byDefault: false,
   run: async (postgres) => {
     const { rounds, durationS, warmupS, connections } = settings(OWN_SETTINGS)
     const first = await startSeeded('service', postgres, ROWS, { label: 'fleet-0' })

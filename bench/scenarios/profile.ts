@@ -6,7 +6,7 @@ import { readdir, readFile, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { cpuSplit, postgresCpuSeconds } from '../proc-stats.js'
 import { type ScenarioGroup, header, row } from '../report.js'
-import { AUTH, LIST_PATH, ROOT, type RunningServer, log, metricTotal, numberFromEnv, startSeeded } from '../servers.js'
+import { AUTH, ROOT, type RunningServer, getList, log, metricTotal, numberFromEnv, startSeeded } from '../servers.js'
 import { type LoadKind, runLoad, settings } from '../wrk.js'
 
 /** Rows seeded; a PATCH updates one at random, and with 10,000 most updates never meet another of their row. */
@@ -105,8 +105,7 @@ async function profileWindow (server: RunningServer, window: typeof WINDOWS[numb
     await Promise.all(batchMetrics.map(async name => await metricTotal(server, name)))
   const before = await batches()
   let start = { us: 0, cpu: { user: 0, system: 0, children: 0 }, db: 0 }
-  const updateIds = { first: 1, last: ROWS }
-  const spec = { url: server.url, kind: window.kind, headers, connections, durationS, warmupS, updateIds }
+  const spec = { url: server.url, kind: window.kind, headers, connections, durationS, warmupS, updateRows: ROWS }
   const result = await runLoad(spec, () => {
     start = { us: nowUs(), cpu: cpuSplit(server.pid), db: postgresCpuSeconds(postmasterPid) }
   })
@@ -143,7 +142,6 @@ function windowLines (window: Window, byPart: Map<string, number>): string[] {
 
 export const profile: ScenarioGroup = {
   ids: ['profile'],
-  byDefault: false,
   run: async (postgres) => {
     const wanted = (process.env.PROFILE_SCENARIOS ?? 'get100,etag,post').split(',')
     await rm(OUT, { recursive: true, force: true })
@@ -151,10 +149,9 @@ export const profile: ScenarioGroup = {
     const { server } = await startSeeded('service', postgres, ROWS, { label: 'profile', nodeArgs })
     const windows: Window[] = []
     try {
-      const first = await fetch(`${server.url}${LIST_PATH}`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
-      await first.arrayBuffer()
+      const { etag } = await getList(server.url)
       for (const window of WINDOWS.filter(w => wanted.includes(w.id))) {
-        windows.push(await profileWindow(server, window, first.headers.get('etag') ?? '', postgres.postmasterPid))
+        windows.push(await profileWindow(server, window, etag, postgres.postmasterPid))
         log(`profile ${window.id}: ${windows.at(-1)?.rps.toFixed(0)} req/s`)
       }
     } finally {

@@ -4,7 +4,7 @@ import path from 'node:path'
 import { cpuSeconds, machineBusyCpuSeconds, peakRssBytes, resetPeakRss } from '../proc-stats.js'
 import { type ScenarioGroup, type Verdict, header, mb, ratioText, rotate, row, verdict } from '../report.js'
 import {
-  AUTH, DATABASE_PEERS, LIST_PATH, type Postgres, ROOT, type RunningServer, type ServerKind, log,
+  AUTH, DATABASE_PEERS, LIST_PATH, type Postgres, ROOT, type RunningServer, type ServerKind, getList, log,
   numberFromEnv, restoreTable, seedJson, sql, startSeeded
 } from '../servers.js'
 import { type LoadKind, type LoadResult, type LoadSpec, runLoad, settings } from '../wrk.js'
@@ -99,6 +99,8 @@ interface Measurement extends LoadResult {
   rounds: number[]
 }
 
+const phaseOf = (s: Scenario): string => `${s.rows}${s.cheapCommits ? '-cheap' : ''}`
+
 const find = (results: Measurement[], server: ServerKind, scenario: string): Measurement | undefined =>
   results.find(r => r.server === server && r.scenario === scenario)
 
@@ -145,13 +147,6 @@ function combineRounds (rounds: Measurement[]): Measurement {
   return { ...middle, failures, peakRssBytes, rounds: rounds.map(r => r.rps) }
 }
 
-/** The list, asked without Accept-Encoding as wrk asks (the compressed list's tag would never match). */
-async function identityList (url: string): Promise<{ status: number, bytes: number, etag: string }> {
-  const response = await fetch(`${url}${LIST_PATH}`, { headers: { ...AUTH, 'accept-encoding': 'identity' } })
-  const bytes = (await response.arrayBuffer()).byteLength
-  return { status: response.status, bytes, etag: response.headers.get('etag') ?? '"no tag was sent"' }
-}
-
 /** A page must hold PAGE_LIMIT rows and name the next: else the service does not page, and its rate means nothing. */
 async function checkPage (url: string): Promise<void> {
   const response = await fetch(url, { headers: AUTH })
@@ -184,31 +179,32 @@ Promise<LoadSpec> {
   const spec: LoadSpec = { url: server.url, kind: scenario.kind, connections, durationS, warmupS, headers }
   spec.path = scenario.path
   if (scenario.path !== undefined) await checkPage(`${server.url}${scenario.path}`)
-  if (scenario.id === 'etag') headers['if-none-match'] = (await identityList(server.url)).etag
+  if (scenario.id === 'etag') headers['if-none-match'] = (await getList(server.url)).etag
   if (scenario.id === 'keys') headers.authorization = `Bearer ${managedKey(databaseUrl)}`
-  if (scenario.kind === 'patch') spec.updateIds = { first: 1, last: scenario.rows }
+  if (scenario.kind === 'patch') spec.updateRows = scenario.rows
   if (scenario.kind === 'delete') {
     const createRate = find(results, server.kind, scenario.cheapCommits ? 'post-cheap' : 'post')?.rps ?? 0
-    spec.deleteIds = { ...await deleteRange(databaseUrl, createRate, durationS + warmupS), stream: 0, streams: 1 }
+    spec.deleteIds = await deleteRange(databaseUrl, createRate, durationS + warmupS)
   }
   // Deployed, the service holds its list cached (the delete block's INSERT dropped it), and every write changes it.
-  if (scenario.kind === 'patch' || scenario.kind === 'delete') await identityList(server.url)
+  if (scenario.kind === 'patch' || scenario.kind === 'delete') await getList(server.url)
   return spec
 }
 
 async function runPhase (scenarios: Scenario[], servers: ServerKind[], postgres: Postgres, results: Measurement[]):
 Promise<void> {
-  const { rows, cheapCommits } = scenarios[0] as Scenario
+  const first = scenarios[0] as Scenario
+  const { rows, cheapCommits } = first
   const kinds = servers.filter(kind => scenarios.some(s => s.servers.includes(kind)))
   const started = new Map<ServerKind, { server: RunningServer, databaseUrl: string }>()
   const expectedBytes = Buffer.byteLength(seedJson(rows))
   try {
     for (const kind of kinds) {
-      const label = `${kind}-${rows}${cheapCommits ? '-cheap' : ''}`
+      const label = `${kind}-${phaseOf(first)}`
       log(`${label}: starting`)
       const running = await startSeeded(kind, postgres, rows, { label, cheapCommits })
       started.set(kind, running)
-      const list = await identityList(running.server.url)
+      const list = await getList(running.server.url)
       if (list.bytes !== expectedBytes) throw new Error(`${label}: a list of ${list.bytes} bytes, not ${expectedBytes}`)
     }
     for (const scenario of scenarios) {
@@ -282,19 +278,16 @@ function tables (results: Measurement[]): string[] {
 
 export const sideBySide: ScenarioGroup = {
   ids: SCENARIOS.map(s => s.id),
-  byDefault: true,
   run: async (postgres, ids) => {
     const chosen = (process.env.BENCH_SERVERS ?? '').split(',').filter(kind => kind !== '')
     const hasBaseline = (process.env.BENCH_BASELINE_DIR ?? '') !== ''
     const wanted = (kind: ServerKind): boolean => (chosen.length === 0 || chosen.includes(kind))
     const servers = ORDER.filter(kind => wanted(kind) && (kind !== 'baseline' || hasBaseline))
     const results: Measurement[] = []
-    const same = (a: typeof SMALL, b: typeof SMALL): boolean => a.rows === b.rows && a.cheapCommits === b.cheapCommits
-    // PAGE_ROWS may name a table another phase has already.
-    const phases = [SMALL, LARGE, CHEAP, PAGED].filter((phase, i, all) => all.findIndex(p => same(p, phase)) === i)
-    for (const phase of phases) {
-      const scenarios = SCENARIOS.filter(s => ids.includes(s.id) && same(s, phase))
-      if (scenarios.length > 0) await runPhase(scenarios, servers, postgres, results)
+    // A phase per table; PAGE_ROWS may name a table another phase has already.
+    const chosenScenarios = SCENARIOS.filter(s => ids.includes(s.id))
+    for (const phase of new Set(chosenScenarios.map(phaseOf))) {
+      await runPhase(chosenScenarios.filter(s => phaseOf(s) === phase), servers, postgres, results)
     }
     const { durationS, warmupS, rounds, connections } = settings()
     const how = `wrk, ${connections} connections, ${durationS} s after ${warmupS} s of warm-up, ${rounds} round(s)`

@@ -20,7 +20,6 @@ const MIN_EDGE_SAMPLES = 5
 
 export const soak: ScenarioGroup = {
   ids: ['soak'],
-  byDefault: false,
   run: async (postgres) => {
     const { server } = await startSeeded('service', postgres, ROWS, { label: 'soak' })
     const samples: number[] = []

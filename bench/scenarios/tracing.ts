@@ -17,7 +17,6 @@ const TEN_PERCENT = { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRAC
 
 export const tracing: ScenarioGroup = {
   ids: ['tracing'],
-  byDefault: false,
   run: async (postgres) => {
     const { durationS, warmupS, rounds, connections } = settings({ rounds: 3, durationS: 8, warmupS: 2 })
     const sink = createServer((request, response) => request.resume().on('end', () => response.end()))

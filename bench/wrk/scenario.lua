@@ -1,15 +1,13 @@
 -- The requests of one load for wrk (bench/wrk.ts, one thread), and its result as one JSON line.
--- BENCH_WRK_KIND: get (wrk's own precomputed request), post, patch (a random id of the update range), delete (each
--- id of the delete range once), mixed (every BENCH_WRK_EVERY-th request a POST, the rest GET) or writes (every
--- BENCH_WRK_EVERY-th request a write: a create, an update and a delete in turn, the rest GET).
+-- BENCH_WRK_KIND: get (wrk's own precomputed request), post, patch (a random id of 1 to update_rows), delete (each
+-- id of the delete range once), mixed (every ONE_WRITE_IN-th request a POST, the rest GET) or writes (every
+-- ONE_WRITE_IN-th request a write: a create, an update and a delete in turn, the rest GET).
 local function number(name)
   return tonumber(os.getenv(name))
 end
 
 local kind = os.getenv("BENCH_WRK_KIND")
-local every = number("BENCH_WRK_EVERY")
-local update_first = number("BENCH_WRK_UPDATE_FIRST")
-local update_last = number("BENCH_WRK_UPDATE_LAST")
+local update_rows = number("BENCH_WRK_UPDATE_ROWS")
 local delete_first = number("BENCH_WRK_DELETE_FIRST")
 local delete_count = number("BENCH_WRK_DELETE_COUNT")
 local delete_stream = number("BENCH_WRK_DELETE_STREAM")
@@ -17,6 +15,7 @@ local delete_streams = number("BENCH_WRK_DELETE_STREAMS")
 local delete_step = number("BENCH_WRK_DELETE_STEP")
 local delay_ms = number("BENCH_WRK_DELAY_MS")
 local SEED_PER_STREAM = 7919
+local ONE_WRITE_IN = 20
 
 local get_request
 local json_headers = {}
@@ -42,7 +41,7 @@ local function create()
 end
 
 local function update()
-  local id = math.random(update_first, update_last)
+  local id = math.random(update_rows)
   return wrk.format("PATCH", wrk.path .. "/" .. id, patch_headers, '{"name":"bench ' .. sent .. '"}')
 end
 
@@ -60,19 +59,14 @@ local function write()
   return delete()
 end
 
-local only = { post = create, patch = update, delete = delete }
-local one_in_every = { mixed = create, writes = write }
+local write_of = { post = create, patch = update, delete = delete, mixed = create, writes = write }
+local one_write_in = (kind == "mixed" or kind == "writes") and ONE_WRITE_IN or 1
 
 -- Only a script with a request() function makes wrk build every request anew; GET keeps the static one.
-if only[kind] ~= nil then
+if write_of[kind] ~= nil then
   function request()
     sent = sent + 1
-    return only[kind]()
-  end
-elseif one_in_every[kind] ~= nil then
-  function request()
-    sent = sent + 1
-    if sent % every == 0 then return one_in_every[kind]() end
+    if sent % one_write_in == 0 then return write_of[kind]() end
     return get_request
   end
 end
@@ -83,30 +77,15 @@ if delay_ms > 0 then
   end
 end
 
-local CLOCK_TICKS_PER_SECOND = 100
 local US_PER_MS = 1000
 local US_PER_S = 1000000
--- utime and stime in /proc/self/stat, counted after the command's closing parenthesis.
-local UTIME_FIELD = 12
-local STIME_FIELD = 13
 
-local function cpu_seconds()
-  local file = io.open("/proc/self/stat")
-  local stat = file:read("*a")
-  file:close()
-  local fields = {}
-  for field in stat:match("%) (.*)"):gmatch("%S+") do fields[#fields + 1] = field end
-  return (tonumber(fields[UTIME_FIELD]) + tonumber(fields[STIME_FIELD])) / CLOCK_TICKS_PER_SECOND
-end
-
--- The result as bench/wrk.ts's LoadResult.
+-- The result as bench/wrk.ts's LoadResult, but for wrk's CPU.
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    'BENCH_RESULT {"total":%d,"rps":%.1f,"p50":%.1f,"p99":%.1f,"failures":%d,"bytesPerResponse":%d,' ..
-    '"cpuSeconds":%.2f}\n',
+    'BENCH_RESULT {"total":%d,"rps":%.1f,"p50":%.1f,"p99":%.1f,"failures":%d,"bytesPerResponse":%d}\n',
     summary.requests, summary.requests / summary.duration * US_PER_S,
     latency:percentile(50) / US_PER_MS, latency:percentile(99) / US_PER_MS,
-    e.connect + e.read + e.write + e.timeout + e.status, math.floor(summary.bytes / math.max(summary.requests, 1)),
-    cpu_seconds()))
+    e.connect + e.read + e.write + e.timeout + e.status, math.floor(summary.bytes / math.max(summary.requests, 1))))
 end
