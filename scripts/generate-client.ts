@@ -12,26 +12,33 @@ import ts from 'typescript'
  * `ifNoneMatch` and may resolve to { notModified: true }.
  */
 
-type Schema = Record<string, unknown> & { $ref?: string; type?: string; format?: string; items?: Schema }
+/** What the generators (this one and scripts/generate-postman.ts) read of the document. */
+export type Schema = Record<string, unknown> & {
+  $ref?: string
+  type?: string | string[]
+  format?: string
+  items?: Schema
+  properties?: Record<string, Schema>
+  required?: string[]
+}
 interface Parameter {
   in: string
   name: string
   required?: boolean
   schema?: Schema
+  example?: unknown
 }
-interface Response {
-  content?: Record<string, { schema?: Schema }>
-}
-interface Operation {
+type Content = Record<string, { schema?: Schema }>
+export interface Operation {
   operationId?: string
   summary?: string
   description?: string
   deprecated?: boolean
   parameters?: Parameter[]
-  requestBody?: { required?: boolean; content?: Record<string, { schema?: Schema }> }
-  responses: Record<string, Response>
+  requestBody?: { required?: boolean; content?: Content }
+  responses: Record<string, { content?: Content }>
 }
-interface Document {
+export interface Document {
   paths: Record<string, Record<string, Operation>>
   components?: { schemas?: Record<string, Schema> }
 }
