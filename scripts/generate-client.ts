@@ -113,7 +113,6 @@ function method (route: string, verb: string, operation: Operation): string[] {
   }
 
   const options: Array<{ name: string; type: string; required: boolean }> = []
-  const headers: string[] = []
   for (const where of ['header', 'query']) {
     const found = parameters.filter(p => p.in === where)
     for (const p of found) {
@@ -126,10 +125,7 @@ function method (route: string, verb: string, operation: Operation): string[] {
     }
   }
   const conditional = '304' in operation.responses
-  if (conditional) {
-    options.push({ name: 'ifNoneMatch', type: 'string', required: false })
-    headers.push("'if-none-match': request.ifNoneMatch")
-  }
+  if (conditional) options.push({ name: 'ifNoneMatch', type: 'string', required: false })
   if (options.length > 0) {
     const type = `{ ${options.map(o => `${o.name}${o.required ? '' : '?'}: ${o.type}`).join(', ')} }`
     args.push(options.some(o => o.required) ? `request: ${type}` : `request: ${type} = {}`)
@@ -147,7 +143,7 @@ function method (route: string, verb: string, operation: Operation): string[] {
   const init = [
     ...(body === undefined ? [] : ['body']),
     ...(params.length > 0 ? [`params: { ${params.join(', ')} }`] : []),
-    ...(headers.length > 0 ? [`headers: { ${headers.join(', ')} }`] : []),
+    ...(conditional ? ["headers: { 'if-none-match': request.ifNoneMatch }"] : []),
     "parseAs: 'text'"
   ]
   const [wrap, resultType] = conditional ? ['listAnswer', 'ListResult'] : ['answer', 'Result']
