@@ -1,9 +1,9 @@
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import { createRequire } from 'node:module'
 import path from 'node:path'
 import { availableParallelism, constants } from 'node:os'
 import { rm } from 'node:fs/promises'
+import { fileURLToPath } from 'node:url'
 import { BUILT_CHECKOUT_VARIABLE, buildCheckout } from '../test/helpers/built-checkout.js'
 import { SERVER_SOURCE_VARIABLE, SERVER_URL_VARIABLE } from '../test/helpers/database.js'
 import {
@@ -23,8 +23,7 @@ import {
  * The coverage thresholds (package.json's "tap") hold for the whole suite, not for one file:
  * with test files named, coverage is off, so that a passing file does not end with exit 1.
  */
-const require = createRequire(import.meta.url)
-const tapPackage = require.resolve('tap/package.json')
+const tapPackage = fileURLToPath(import.meta.resolve('tap/package.json'))
 const tapBin = path.join(
   path.dirname(tapPackage),
   (JSON.parse(readFileSync(tapPackage, 'utf8')) as { bin: { tap: string } }).bin.tap
