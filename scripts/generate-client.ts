@@ -133,12 +133,10 @@ function method (route: string, verb: string, operation: Operation): string[] {
 
   const success = Object.keys(operation.responses).find(status => /^2\d\d$/.test(status))
   const content = success === undefined ? undefined : operation.responses[success]?.content?.['application/json']
-  const result =
-    success === undefined
-      ? 'never'
-      : content === undefined
-        ? 'null'
-        : typeOf(content.schema, `${indexed}['responses'][${success}]['content']['application/json']`)
+  let result = success === undefined ? 'never' : 'null'
+  if (content !== undefined) {
+    result = typeOf(content.schema, `${indexed}['responses'][${success}]['content']['application/json']`)
+  }
 
   const init = [
     ...(body === undefined ? [] : ['body']),
