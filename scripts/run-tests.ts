@@ -14,14 +14,11 @@ import {
 } from '../test/helpers/postgres-server.js'
 
 /**
- * `npm test`: one PostgreSQL server and one build of the checkout for the whole run (each test
- * file makes its own database on the server; test/helpers/built-checkout.ts), then tap with the
- * arguments given, then the server is stopped and the build removed, whatever happened. Prints
- * once which server and why (test/helpers/postgres-server.ts).
+ * `npm test`: one PostgreSQL server and one build of the checkout for the whole run (each test file makes its own
+ * database on the server), then tap with the arguments given, then both are removed, whatever happened.
  * Usage: node --import tsx scripts/run-tests.ts [tap arguments] [test files]
- *
- * The coverage thresholds (package.json's "tap") hold for the whole suite, not for one file:
- * with test files named, coverage is off, so that a passing file does not end with exit 1.
+ * With test files named, coverage is off: its thresholds (package.json's "tap") hold for the whole suite, and a
+ * passing file must not end with exit 1.
  */
 const tapPackage = fileURLToPath(import.meta.resolve('tap/package.json'))
 const tapBin = path.join(
