@@ -47,7 +47,7 @@ function request (path, { agent = false, headers = {} } = {}) {
 
 const api = () => request('/v1/categories', { agent: keepAlive, headers: { authorization: `Bearer ${key}` } })
 
-// Warm up the keep-alive socket and check it is really reused.
+// Warm up the keep-alive socket: two requests on it.
 const w1 = await api()
 const w2 = await api()
 if (w1.status !== 200 || w2.status !== 200) {
