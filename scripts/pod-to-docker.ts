@@ -93,11 +93,9 @@ for (const variable of container.env ?? []) {
   }
   if (ref !== undefined) {
     const secret = secrets.get(ref.name)
-    const stored =
-      secret?.stringData?.[ref.key] ??
-      (secret?.data?.[ref.key] === undefined
-        ? undefined
-        : Buffer.from(secret.data[ref.key] as string, 'base64').toString('utf8'))
+    const encoded = secret?.data?.[ref.key]
+    const decoded = encoded === undefined ? undefined : Buffer.from(encoded, 'base64').toString('utf8')
+    const stored = secret?.stringData?.[ref.key] ?? decoded
     if (stored === undefined && ref.optional !== true) {
       fail(`env ${variable.name}: Secret ${ref.name} has no ${ref.key}, and the reference is not optional`)
     }
@@ -109,13 +107,8 @@ for (const variable of container.env ?? []) {
 }
 
 // Kubernetes: command replaces the image's ENTRYPOINT, args its CMD.
-const command: string[] = []
-if (container.command !== undefined) {
-  flags.push('--entrypoint', container.command[0] ?? fail('empty command'))
-  command.push(...container.command.slice(1), ...(container.args ?? []))
-} else if (container.args !== undefined) {
-  command.push(...container.args)
-}
+if (container.command !== undefined) flags.push('--entrypoint', container.command[0] ?? fail('empty command'))
+const command = [...(container.command?.slice(1) ?? []), ...(container.args ?? [])]
 
 const ports = Object.fromEntries((container.ports ?? []).map(p => [p.name ?? String(p.containerPort), p.containerPort]))
 const probe = (p: IProbe | undefined): unknown => {

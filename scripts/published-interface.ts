@@ -7,15 +7,9 @@ import { clientOperations, clientTypes } from './generate-client.js'
 import { generateCollection } from './generate-postman.js'
 
 /*
- * The published interface as files in the repository, all generated from the document the service
- * serves: openapi.json itself, the TypeScript client's types and methods, and the Postman collection
- * served beside the document. `generate` writes them (npm run api:generate); `check` fails when one
- * is stale, or when the served document breaks a stable operation of the base document (npm run
- * api:check; scripts/api-files.ts is the command line).
- *
- * The base is the `base` file, else the file named by API_BASE, else openapi.json as
- * committed at API_BASE_REF, else at the merge base with main (origin/main), else at
- * HEAD^ (on main itself).
+ * The published interface as files in the repository, all generated from the document the service serves.
+ * scripts/api-files.ts is the command line. The base `check` compares with is the `base` file, else openapi.json
+ * at the merge base with main (origin/main), else at HEAD^ (on main itself).
  */
 
 export const DOCUMENT = 'openapi.json'
@@ -62,20 +56,15 @@ function git (args: string[]): string | undefined {
 
 /** The published document to compare with, and where it came from; undefined when there is none yet. */
 async function baseDocument (file: string | undefined): Promise<{ text: string; from: string } | undefined> {
-  const named = file ?? process.env.API_BASE
-  if (named !== undefined && named !== '') return { text: await readFile(named, 'utf8'), from: named }
+  if (file !== undefined) return { text: await readFile(file, 'utf8'), from: file }
   const head = git(['rev-parse', 'HEAD'])
   if (head === undefined) return undefined
   const mergeBase = ['origin/main', 'main']
     .map(ref => git(['merge-base', 'HEAD', ref]))
     .find(found => found !== undefined && found !== head)
-  const ref = process.env.API_BASE_REF ?? mergeBase ?? 'HEAD^'
+  const ref = mergeBase ?? 'HEAD^'
   const text = git(['show', `${ref}:${DOCUMENT}`])
   return text === undefined ? undefined : { text, from: `${DOCUMENT} at ${ref}` }
-}
-
-async function readOrEmpty (file: string): Promise<string> {
-  return await readFile(file, 'utf8').catch(() => '')
 }
 
 /** Writes every artifact from the document the service serves. */
@@ -85,18 +74,14 @@ export async function generate (): Promise<string[]> {
   return Object.keys(ARTIFACTS)
 }
 
-/** What `check` found: errors fail CI; notes (allowed changes, where the base came from) are information. */
-export interface CheckResult {
-  errors: string[]
-  notes: string[]
-}
-
 /**
- * Stale files (only without `document`) and breaking changes against the base. With `document`,
- * that file stands for the served document and only the breaking-change check runs.
+ * Stale files (only without `document`) and breaking changes against the base. With `document`, that file stands
+ * for the served document and only the breaking-change check runs. Errors fail CI; notes are information.
  */
-export async function check (options: { base?: string; document?: string }): Promise<CheckResult> {
-  const problems: string[] = []
+export async function check (
+  options: { base?: string; document?: string }
+): Promise<{ errors: string[]; notes: string[] }> {
+  const errors: string[] = []
   const notes: string[] = []
   let current: string
   if (options.document !== undefined) {
@@ -104,8 +89,10 @@ export async function check (options: { base?: string; document?: string }): Pro
   } else {
     current = await servedOpenApi()
     for (const [file, make] of Object.entries(ARTIFACTS)) {
-      if ((await readOrEmpty(file)) === (await make(current))) continue
-      problems.push(`${file} is stale against the document the service serves: run npm run api:generate and commit it`)
+      if ((await readFile(file, 'utf8').catch(() => '')) === (await make(current))) continue
+      errors.push(
+        `error: ${file} is stale against the document the service serves: run npm run api:generate and commit it`
+      )
     }
   }
   const base = await baseDocument(options.base)
@@ -116,8 +103,8 @@ export async function check (options: { base?: string; document?: string }): Pro
   } else {
     const { breaking, warnings } = compareDocuments(JSON.parse(base.text), JSON.parse(current))
     for (const warning of warnings) notes.push(`warning: ${warning}`)
-    for (const change of breaking) problems.push(`breaking change against ${base.from}: ${change}`)
+    for (const change of breaking) errors.push(`error: breaking change against ${base.from}: ${change}`)
     notes.push(`compared with ${base.from}: ${breaking.length} breaking, ${warnings.length} allowed`)
   }
-  return { errors: problems.map(problem => `error: ${problem}`), notes }
+  return { errors, notes }
 }

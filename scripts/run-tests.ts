@@ -1,9 +1,9 @@
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import { createRequire } from 'node:module'
 import path from 'node:path'
 import { availableParallelism, constants } from 'node:os'
 import { rm } from 'node:fs/promises'
+import { fileURLToPath } from 'node:url'
 import { BUILT_CHECKOUT_VARIABLE, buildCheckout } from '../test/helpers/built-checkout.js'
 import { SERVER_SOURCE_VARIABLE, SERVER_URL_VARIABLE } from '../test/helpers/database.js'
 import {
@@ -14,17 +14,13 @@ import {
 } from '../test/helpers/postgres-server.js'
 
 /**
- * `npm test`: one PostgreSQL server and one build of the checkout for the whole run (each test
- * file makes its own database on the server; test/helpers/built-checkout.ts), then tap with the
- * arguments given, then the server is stopped and the build removed, whatever happened. Prints
- * once which server and why (test/helpers/postgres-server.ts).
+ * `npm test`: one PostgreSQL server and one build of the checkout for the whole run (each test file makes its own
+ * database on the server), then tap with the arguments given, then both are removed, whatever happened.
  * Usage: node --import tsx scripts/run-tests.ts [tap arguments] [test files]
- *
- * The coverage thresholds (package.json's "tap") hold for the whole suite, not for one file:
- * with test files named, coverage is off, so that a passing file does not end with exit 1.
+ * With test files named, coverage is off: its thresholds (package.json's "tap") hold for the whole suite, and a
+ * passing file must not end with exit 1.
  */
-const require = createRequire(import.meta.url)
-const tapPackage = require.resolve('tap/package.json')
+const tapPackage = fileURLToPath(import.meta.resolve('tap/package.json'))
 const tapBin = path.join(
   path.dirname(tapPackage),
   (JSON.parse(readFileSync(tapPackage, 'utf8')) as { bin: { tap: string } }).bin.tap
