@@ -22,8 +22,6 @@ const ESCAPED = Array.from({ length: 256 }, (_, byte) =>
 const HEADER_BYTES = 19
 /** Rows arrive faster than they are written: the event loop gets a turn at least this often. */
 const YIELD_AFTER_MS = 5
-/** A row split across chunks is completed with this many of the next chunk's bytes at first. */
-const FIRST_PEEK_BYTES = 4096
 const OUT_INITIAL_BYTES = 1 << 20
 /** JSON escaping makes at most six bytes of one (\u001f). */
 const MAX_ESCAPE_GROWTH = 6
@@ -77,21 +75,13 @@ export class JsonCopyWriter {
       }
       const chunk = received.subarray(skip)
       skip = Math.max(0, skip - received.length)
+      const data = rest === undefined ? chunk : Buffer.concat([rest, chunk])
       let at = 0
-      if (rest !== undefined) {
-        const completed = this.completeRow(rest, chunk)
-        if (completed === undefined) {
-          rest = Buffer.concat([rest, chunk])
-          continue
-        }
-        at = completed
-        rest = undefined
-      }
-      for (let end = this.rowEnd(chunk, at); end > 0; end = this.rowEnd(chunk, at)) {
-        this.row(chunk, at + 2, end - at)
+      for (let end = this.rowEnd(data, at); end > 0; end = this.rowEnd(data, at)) {
+        this.row(data, at + 2, end - at)
         at = end
       }
-      if (at < chunk.length) rest = chunk.subarray(at)
+      rest = at < data.length ? data.subarray(at) : undefined
     }
   }
 
@@ -103,22 +93,6 @@ export class JsonCopyWriter {
     this.onSegment({ key: BigInt(this.key), ids: this.ids.slice(0, count), ends: this.ends.slice(0, count), bytes })
     this.count = 0
     this.length = 0
-  }
-
-  /**
-   * Writes the row begun in `rest` with as few of the chunk's bytes as it needs (a chunk is not copied whole), and
-   * answers where in the chunk the next row starts; undefined while the chunk does not complete it.
-   */
-  private completeRow (rest: Buffer, chunk: Buffer): number | undefined {
-    for (let head = Math.min(chunk.length, FIRST_PEEK_BYTES); ; head = Math.min(chunk.length, 4 * head)) {
-      const joined = Buffer.concat([rest, chunk.subarray(0, head)])
-      const end = this.rowEnd(joined, 0)
-      if (end > 0) {
-        this.row(joined, 2, end)
-        return end - rest.length
-      }
-      if (head === chunk.length) return undefined
-    }
   }
 
   /** Where the row at `at` ends, or 0 while it is incomplete (or the trailer). */

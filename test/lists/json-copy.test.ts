@@ -56,6 +56,28 @@ t.test('the writer yields to the event loop while it writes a long list', async 
   t.ok(during >= 2, `the event loop turned ${during} times during the build`)
 })
 
+t.test('rows split anywhere between chunks, the header too, are written as from whole chunks', async t => {
+  const few = 'COPY (SELECT id, name FROM long_list ORDER BY id LIMIT 300) TO STDOUT (FORMAT binary)'
+  const received: Buffer[] = []
+  for await (const chunk of client.query(copyTo(few))) received.push(chunk as Buffer)
+  const whole = Buffer.concat(received)
+  // Pieces of 1 to 37 bytes: every row, and the 19-byte header, is cut at some offset or other.
+  const pieces: Buffer[] = []
+  for (let at = 0, size = 1; at < whole.length; at += size, size = size % 37 + 1) {
+    pieces.push(whole.subarray(at, at + size))
+  }
+  const written = async (chunks: Buffer[]): Promise<string> => {
+    const segments: Buffer[] = []
+    const writer = new JsonCopyWriter({ name: 'text' }, 64, segment => { segments.push(segment.bytes) })
+    await writer.copy({ query: () => chunks } as unknown as pg.ClientBase, few)
+    writer.finish()
+    return segments.join('|')
+  }
+  const expected = await written([whole])
+  t.match(expected, /^\{"id":1,"name":"a name of some length /, 'the rows, from one chunk')
+  t.equal(await written(pieces), expected, `the same from ${pieces.length} pieces`)
+})
+
 t.test('a long list is sent in turns of the event loop, even to a reader that takes each part at once', async t => {
   // A socket whose reader keeps up ends each write at once: here a hash stands in for it.
   const parts = Array.from({ length: 2000 }, (_, i) => Buffer.alloc(64 * 1024, i % 256))
