@@ -48,7 +48,7 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
   db.servers.onMove(() => { feed.reconnectIf(client => db.servers.isStale(client)) })
   const idempotency = new IdempotencyStore(db)
   registerPoolMetrics(app.metrics, db.pool)
-  const collections: Array<Pick<Collection<object, Row>, 'table' | 'lists'>> = []
+  const collections: Array<Pick<Collection<object, Row>, 'table' | 'list'>> = []
   let warm = false
   app.decorate('db', db)
   app.decorate('changeFeed', feed)
@@ -64,10 +64,10 @@ async function data (app: FastifyInstance, options: DataOptions): Promise<void> 
     }
   })
   app.decorate('listsWarm', () => {
-    warm ||= collections.every(collection => collection.lists.warmed)
+    warm ||= collections.every(collection => collection.list.warmed)
     if (!warm) {
-      for (const { lists } of collections) {
-        lists.warm().catch((err: unknown) => { app.log.warn({ err }, 'a list could not be built') })
+      for (const { list } of collections) {
+        list.warm().catch((err: unknown) => { app.log.warn({ err }, 'a list could not be built') })
       }
     }
     return warm

@@ -57,7 +57,7 @@ export function listHandler<New extends object, T extends Row> (resource: Collec
       return
     }
     if (after !== undefined) throw validationFailed("'after' is used with 'limit': send both, or neither")
-    const list = await resource.lists.read()
+    const list = await resource.list.read()
     const accepted = request.headers['accept-encoding']
     const encoding = list.length >= COMPRESS_MIN_BYTES ? negotiateEncoding(accepted) : undefined
     const etag = encoding === undefined ? list.etag : encodedTag(list.etag, encoding)
@@ -80,7 +80,7 @@ export function listHandler<New extends object, T extends Row> (resource: Collec
 /** A page: its rows, and (RFC 8288) the next page's address while rows follow it. */
 async function sendPage<New extends object, T extends Row> (resource: Collection<New, T>, path: string,
   limit: number, after: bigint | undefined, reply: FastifyReply): Promise<void> {
-  const page = await resource.lists.page(after ?? 0n, limit)
+  const page = await resource.list.page(after ?? 0n, limit)
   if (page.more) reply.header('link', `<${path}?limit=${limit}&after=${page.lastId}>; rel="next"`)
   await reply.header('cache-control', 'no-cache').header('content-type', JSON_TYPE).send(page.body)
 }

@@ -27,7 +27,7 @@ export interface CollectionOptions<T> {
 export class Collection<New extends object, T extends Row> {
   readonly table: Table<New, T>
   /** The cached list's reads; its writes are told only here, by the write path below. */
-  readonly lists: Pick<ListCache<T>, 'read' | 'page' | 'warm' | 'warmed'>
+  readonly list: Pick<ListCache<T>, 'read' | 'page' | 'warm' | 'warmed'>
   private readonly cache: ListCache<T>
   readonly compressed: (list: ListBody, encoding: ListEncoding) => Promise<ListBody>
   private readonly creates: GroupCommit<New, T>
@@ -41,7 +41,7 @@ export class Collection<New extends object, T extends Row> {
     const { feed, registry } = services
     this.table = new Table<New, T>(services.db, name, columns)
     this.cache = new ListCache(this.table, feed, options.serialize, registry)
-    this.lists = this.cache
+    this.list = this.cache
     this.compressed = listCompressor(name, registry)
     const { table, cache } = this
     this.creates = new GroupCommit({
