@@ -2,9 +2,9 @@ import { existsSync } from 'node:fs'
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { startServer } from './helpers/server-process.js'
+import { until } from './helpers/until.js'
 
 /*
  * The embedded database's password and the development key are secrets: never in
@@ -13,6 +13,9 @@ import { startServer } from './helpers/server-process.js'
  */
 
 t.setTimeout(240000)
+
+/** How long a start may take to reach initdb on a loaded machine. */
+const INITDB_STARTS_MS = 30_000
 
 async function scratch (prefix: string): Promise<string> {
   const dir = await mkdtemp(path.join(tmpdir(), prefix))
@@ -75,14 +78,9 @@ t.test('a start SIGKILLed while initdb runs leaves no readable secret, and the n
   const killed = await startServer(t, env, { listening: false })
   // Kill it while initdb runs, its password file written (initdb's own directory beside the cluster, or ./postgres,
   // exists).
-  for (let i = 0; i < 600; i++) {
-    const parent = await clusterParent(data)
-    if (
-      (await readdir(parent).catch(() => [])).some(name => name.startsWith('postgres.initdb-')) ||
-      existsSync(path.join(data, 'postgres'))
-    ) { break }
-    await sleep(50)
-  }
+  await until('initdb runs', async () =>
+    (await readdir(await clusterParent(data)).catch(() => [])).some(name => name.startsWith('postgres.initdb-')) ||
+    existsSync(path.join(data, 'postgres')), INITDB_STARTS_MS)
   killed.child.kill('SIGKILL')
   await killed.exited
   await expectNoReadableSecret(t, tmp, data)

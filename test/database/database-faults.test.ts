@@ -2,11 +2,11 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import pg from 'pg'
 import t from 'tap'
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '@petstore/embedded-postgres'
 import { freePort } from '../helpers/ports.js'
-import { AUTH, testApp } from '../helpers/app.js'
+import { AUTH, testApp, until } from '../helpers/app.js'
+import { lockCategories, lockWaiter } from '../helpers/pg-client.js'
 
 /*
  * A PostgreSQL server this file controls (embedded, in a temp dir), stopped and
@@ -156,11 +156,6 @@ t.test('a statement over DB_STATEMENT_TIMEOUT_MS is a 503, not a hang', async t 
   // Long enough for the start's catalog check on a server just restarted (above), on a busy machine: at 300 ms it
   // timed out once, beside two other suites.
   const { app } = await testApp(t, url, { DB_STATEMENT_TIMEOUT_MS: '1000' })
-  const locker = new pg.Client({ connectionString: url })
-  await locker.connect()
-  t.teardown(async () => {
-    await locker.end()
-  })
   const created = await app.inject({
     method: 'POST',
     url: '/v1/categories',
@@ -168,8 +163,7 @@ t.test('a statement over DB_STATEMENT_TIMEOUT_MS is a 503, not a hang', async t 
     payload: '{"name":"before the lock"}'
   })
   t.equal(created.statusCode, 201)
-  await locker.query('BEGIN')
-  await locker.query('LOCK TABLE categories IN ACCESS EXCLUSIVE MODE')
+  const locker = await lockCategories(t, url, 'ACCESS EXCLUSIVE')
   for (const request of [
     {
       method: 'POST' as const,
@@ -206,13 +200,7 @@ t.test('a pool that cannot hand out a connection in time answers 503, not a hang
     DB_CONNECTION_TIMEOUT_MS: '1000',
     DB_STATEMENT_TIMEOUT_MS: '5000'
   })
-  const locker = new pg.Client({ connectionString: url })
-  await locker.connect()
-  t.teardown(async () => {
-    await locker.end()
-  })
-  await locker.query('BEGIN')
-  await locker.query('LOCK TABLE categories IN ACCESS EXCLUSIVE MODE')
+  const locker = await lockCategories(t, url, 'ACCESS EXCLUSIVE')
   // Holds the pool's only connection: the INSERT waits for the lock.
   const holder = app.inject({
     method: 'POST',
@@ -220,7 +208,7 @@ t.test('a pool that cannot hand out a connection in time answers 503, not a hang
     headers: { ...AUTH, 'content-type': 'application/json' },
     payload: '{"name":"holding the only connection"}'
   })
-  await sleep(200)
+  await until('the create waits for the table lock', async () => await lockWaiter(locker))
   const started = performance.now()
   const res = await app.inject({ method: 'GET', url: '/v1/categories/1', headers: AUTH })
   const ms = performance.now() - started

@@ -2,8 +2,9 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { LightMyRequestResponse } from 'fastify'
 import pg from 'pg'
 import t, { type Test } from 'tap'
-import { AUTH, metric, testApp } from '../helpers/app.js'
+import { AUTH, metric, testApp, until } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
+import { lockCategories, lockWaiter } from '../helpers/pg-client.js'
 import { TcpProxy, type ProxiedConnection } from '../helpers/tcp-proxy.js'
 import { registerWidgets, widgetsMigration } from '../widgets/setup.js'
 import { runMigrations } from '../../src/db/migrate.js'
@@ -45,17 +46,6 @@ async function rowsNamed (name: string): Promise<Array<{ id: string }>> {
   return (await admin.query<{ id: string }>('SELECT id::text FROM categories WHERE name = $1', [name])).rows
 }
 
-/** Polls `probe` until it gives a value; throws naming `what` after `timeoutMs`. */
-async function until<T> (what: string, probe: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    const value = await probe()
-    if (value !== undefined) return value
-    await sleep(10)
-  }
-  throw new Error(`timed out waiting for ${what}`)
-}
-
 /** Past the change feed's longest backoff (5 s, jitter up to 1.25 ×) and a connection's time limit (2 s). */
 const FEED_BACKOFF_BUDGET_MS = 30_000
 
@@ -63,28 +53,11 @@ const FEED_BACKOFF_BUDGET_MS = 30_000
 const UNANNOUNCED_INSERT_ROWS = 3000
 
 /** The service's backend that waits for a lock (its INSERT behind the blocker's table lock). */
-const lockWaiter = async (): Promise<number> =>
-  await until(
-    'a backend waiting for the table lock',
-    async () =>
-      (
-        await admin.query<{ pid: number }>(
-          "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND wait_event_type = 'Lock'"
-        )
-      ).rows[0]?.pid
-  )
+const lockWaiterPid = async (): Promise<number> =>
+  await until('a backend waits for the table lock', async () => await lockWaiter(admin))
 
-/** A session holding an EXCLUSIVE lock on categories: INSERTs wait, SELECTs do not. */
-async function lockCategories (t: Test): Promise<pg.Client> {
-  const blocker = new pg.Client({ connectionString: db.url })
-  await blocker.connect()
-  t.teardown(async () => {
-    await blocker.end()
-  })
-  await blocker.query('BEGIN')
-  await blocker.query('LOCK TABLE categories IN EXCLUSIVE MODE')
-  return blocker
-}
+const ended = async (pid: number | undefined): Promise<boolean> =>
+  (await admin.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).rowCount === 0
 
 function expectUnavailable (t: Test, res: LightMyRequestResponse): void {
   t.equal(res.statusCode, 503, res.body)
@@ -99,9 +72,9 @@ async function stillServing (t: Test): Promise<void> {
 t.test(
   'a backend terminated while an idempotent create holds its connection: 503, and the retry creates the row once',
   async t => {
-    const blocker = await lockCategories(t)
+    const blocker = await lockCategories(t, db.url, 'EXCLUSIVE')
     const pending = create('terminated mid-create', 'lost-1')
-    const pid = await lockWaiter()
+    const pid = await lockWaiterPid()
     await admin.query('SELECT pg_terminate_backend($1)', [pid])
     expectUnavailable(t, await pending)
     await blocker.query('ROLLBACK')
@@ -148,9 +121,9 @@ t.test(
 )
 
 t.test('the database unreachable when a request fails and back for its retry: the key is not stuck', async t => {
-  const blocker = await lockCategories(t)
+  const blocker = await lockCategories(t, db.url, 'EXCLUSIVE')
   const pending = create('outage mid-create', 'lost-3')
-  const orphan = await lockWaiter()
+  const orphan = await lockWaiterPid()
   proxy.down()
   t.teardown(() => {
     proxy.restore()
@@ -161,10 +134,7 @@ t.test('the database unreachable when a request fails and back for its retry: th
   await blocker.query('ROLLBACK')
   // PostgreSQL finds the first attempt's client gone only once its INSERT gets the lock and answers; until then that
   // backend holds the key (a retry meanwhile gets 409 with Retry-After, as any request under way). Then it is free.
-  await until('the first attempt\'s backend ended', async () => {
-    const { rows } = await admin.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [orphan])
-    return rows.length === 0 ? true : undefined
-  })
+  await until('the first attempt\'s backend ended', async () => await ended(orphan))
   const retry = await create('outage mid-create', 'lost-3')
   t.equal(retry.statusCode, 201, `the retry is answered at once, not 409 until a lock lapses: ${retry.body}`)
   t.equal(retry.headers['idempotent-replayed'], undefined)
@@ -178,7 +148,7 @@ t.test('a backend terminated during a long list read (the COPY path): 503, then 
   // the next read builds the whole list through COPY.
   await until(
     'the change feed listening again',
-    async () => ((await metric(app, 'change_feed_listening')) === 1 ? true : undefined),
+    async () => (await metric(app, 'change_feed_listening')) === 1,
     FEED_BACKOFF_BUDGET_MS
   )
   await admin.query('INSERT INTO categories (name) SELECT $1 || i FROM generate_series(1, $2::int) AS i', [
@@ -212,7 +182,7 @@ t.test('a backend terminated during a long list read (the COPY path): 503, then 
   )
   t.equal(rows.length, 1, 'the backend of the held COPY holds the snapshot')
   await admin.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid])
-  await sleep(50)
+  await until('the terminated backend ended', async () => await ended(rows[0]?.pid))
   release?.()
   expectUnavailable(t, await list)
   proxy.onClientData = undefined

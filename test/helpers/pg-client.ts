@@ -1,4 +1,5 @@
 import pg from 'pg'
+import type { Test } from 'tap'
 
 /** One connection to `url` for `work`, ended afterwards whatever happens. */
 export async function withClient<T> (
@@ -13,4 +14,27 @@ export async function withClient<T> (
   } finally {
     await client.end()
   }
+}
+
+/** The pid of a backend of the service (application_name petstore/…) that waits for a lock, if one does. */
+export async function lockWaiter (client: pg.ClientBase): Promise<number | undefined> {
+  const { rows } = await client.query<{ pid: number }>(
+    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND wait_event_type = 'Lock'")
+  return rows[0]?.pid
+}
+
+/**
+ * A session of its own holding a lock on categories until it commits or rolls back, ended at teardown. EXCLUSIVE:
+ * writes wait, reads do not; ACCESS EXCLUSIVE: reads wait too.
+ */
+export async function lockCategories (t: Test, url: string, mode: 'EXCLUSIVE' | 'ACCESS EXCLUSIVE'):
+Promise<pg.Client> {
+  const locker = new pg.Client({ connectionString: url })
+  await locker.connect()
+  t.teardown(async () => {
+    await locker.end()
+  })
+  await locker.query('BEGIN')
+  await locker.query(`LOCK TABLE categories IN ${mode} MODE`)
+  return locker
 }

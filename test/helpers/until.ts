@@ -1,11 +1,16 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 
-/** Waits until `check` holds, polling every `pollMs`; throws naming `what` after `timeoutMs`. */
-export async function until (
-  what: string, check: () => Promise<boolean>, timeoutMs = 10000, pollMs = 2
-): Promise<void> {
+/**
+ * Waits until `check` gives a value other than false or undefined, polling every `pollMs`, and answers it; throws
+ * naming `what` after `timeoutMs`.
+ */
+export async function until<T> (
+  what: string, check: () => Promise<T | false | undefined>, timeoutMs = 10000, pollMs = 2
+): Promise<T> {
   const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
+  for (;;) {
+    const value = await check()
+    if (value !== false && value !== undefined) return value
     if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
     await sleep(pollMs)
   }

@@ -1,10 +1,10 @@
 import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
-import pg from 'pg'
 import t, { type Test } from 'tap'
-import { AUTH, TEST_KEY, listeningApp, testApp } from '../helpers/app.js'
+import { AUTH, TEST_KEY, listeningApp, metric, testApp, until } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
+import { lockCategories, lockWaiter } from '../helpers/pg-client.js'
 
 /*
  * OWASP API4 (unrestricted resource consumption): every limit, exceeded over a
@@ -198,22 +198,16 @@ t.test('the pool queue is bounded: beyond DB_POOL_MAX_WAITING, 503 at once', asy
     DB_CONNECTION_TIMEOUT_MS: '5000',
     DB_STATEMENT_TIMEOUT_MS: '5000'
   })
-  const locker = new pg.Client({ connectionString: db.url })
-  await locker.connect()
-  t.teardown(async () => {
-    await locker.end()
-  })
-  await locker.query('BEGIN')
-  await locker.query('LOCK TABLE categories IN ACCESS EXCLUSIVE MODE')
+  const locker = await lockCategories(t, db.url, 'ACCESS EXCLUSIVE')
   const holder = app.inject({
     method: 'POST',
     url: '/v1/categories',
     headers: { ...AUTH, 'content-type': 'application/json' },
     payload: '{"name":"holds the connection"}'
   })
-  await sleep(200)
+  await until('the create waits for the table lock', async () => await lockWaiter(locker))
   const waiter = app.inject({ method: 'GET', url: '/v1/categories/1', headers: AUTH })
-  await sleep(100)
+  await until('the read waits for the pool', async () => await metric(app, 'db_pool_requests_waiting') === 1)
   const started = performance.now()
   const refused = await app.inject({ method: 'GET', url: '/v1/categories/1', headers: AUTH })
   const ms = performance.now() - started

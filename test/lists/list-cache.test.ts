@@ -190,7 +190,6 @@ t.test(
       'the echoes of these creates arrived',
       async () => (await metric(a, 'categories_list_own_echoes_total')) >= echoes + bodies.length + 1
     )
-    await sleep(50)
 
     const res = await a.inject({ method: 'GET', url: '/v1/categories', headers: AUTH })
     t.equal(await reads(a, 'refresh'), refreshes, 'A did not rebuild its list from the database')

@@ -5,6 +5,7 @@ import pg from 'pg'
 import { IdempotencyStore } from '../../src/machinery/idempotency.js'
 import { testApp, until, AUTH, OTHER_KEY, TEST_KEY } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
+import { lockCategories, lockWaiter } from '../helpers/pg-client.js'
 
 const db = await testDatabase(t)
 const { app } = await testApp(t, db.url)
@@ -86,22 +87,10 @@ t.test('a malformed Idempotency-Key is 400 naming the header', async t => {
 })
 
 t.test('while the first request runs, the same key is 409 with Retry-After; then it replays', async t => {
-  const blocker = new pg.Client({ connectionString: db.url })
-  await blocker.connect()
-  t.teardown(async () => {
-    await blocker.end()
-  })
-  await blocker.query('BEGIN')
-  await blocker.query('LOCK TABLE categories IN EXCLUSIVE MODE')
+  const blocker = await lockCategories(t, db.url, 'EXCLUSIVE')
   const first = create({ name: 'slow' }, 'key-3')
-  // Wait until the first request holds the key (its INSERT then waits for the table lock).
-  for (let i = 0; i < 100; i++) {
-    const { rows } = await admin.query(
-      "SELECT 1 FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND wait_event_type = 'Lock'"
-    )
-    if (rows.length > 0) break
-    await new Promise(resolve => setTimeout(resolve, 20))
-  }
+  // The first request holds the key once its INSERT waits for the table lock.
+  await until('the first create waits for the table lock', async () => await lockWaiter(admin))
   const second = await create({ name: 'slow' }, 'key-3')
   t.equal(second.statusCode, 409)
   t.equal(second.json().code, 'IDEMPOTENCY_KEY_IN_USE')
@@ -115,13 +104,7 @@ t.test('while the first request runs, the same key is 409 with Retry-After; then
 t.test('a failed request leaves neither a row nor a claim: an immediate retry succeeds', async t => {
   const timeoutDb = await db.createDatabase()
   const { app: strict } = await testApp(t, timeoutDb, { DB_STATEMENT_TIMEOUT_MS: '300' })
-  const blocker = new pg.Client({ connectionString: timeoutDb })
-  await blocker.connect()
-  t.teardown(async () => {
-    await blocker.end()
-  })
-  await blocker.query('BEGIN')
-  await blocker.query('LOCK TABLE categories IN EXCLUSIVE MODE')
+  const blocker = await lockCategories(t, timeoutDb, 'EXCLUSIVE')
   const failed = await create({ name: 'retried' }, 'key-4', TEST_KEY, strict)
   t.equal(failed.statusCode, 503)
   await blocker.query('ROLLBACK')

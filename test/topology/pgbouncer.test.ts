@@ -4,7 +4,7 @@ import pg from 'pg'
 import t, { type Test } from 'tap'
 import { AUTH, testApp } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
-import { withClient } from '../helpers/pg-client.js'
+import { lockCategories, withClient } from '../helpers/pg-client.js'
 import { startInstances, waitReady, type Instance, type InstanceOptions, type Instances } from './helpers/instances.js'
 import { auditLoad, startLoad, tableRows } from './helpers/load.js'
 import { ensurePgBouncer, startPgBouncer, type PgBouncer, type PoolMode } from './helpers/pgbouncer.js'
@@ -225,13 +225,7 @@ for (const mode of ['transaction', 'session'] as PoolMode[]) {
         payload: '{"name":"before the lock"}'
       })
       t.equal(created.statusCode, 201, created.body)
-      const locker = new pg.Client({ connectionString: url })
-      await locker.connect()
-      t.teardown(async () => {
-        await locker.end()
-      })
-      await locker.query('BEGIN')
-      await locker.query('LOCK TABLE categories IN ACCESS EXCLUSIVE MODE')
+      const locker = await lockCategories(t, url, 'ACCESS EXCLUSIVE')
       for (const request of [
         {
           method: 'POST' as const,
