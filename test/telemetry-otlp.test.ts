@@ -4,6 +4,7 @@ import { TEST_KEY } from './helpers/app.js'
 import { testDatabase } from './helpers/database.js'
 import { freePort } from './helpers/ports.js'
 import { startServer, type ServerProcess } from './helpers/server-process.js'
+import { until } from './helpers/until.js'
 
 /*
  * The built service as npm start runs it (`node <flags> --import ./dist/telemetry.js
@@ -15,6 +16,9 @@ import { startServer, type ServerProcess } from './helpers/server-process.js'
 
 t.setTimeout(240000)
 const db = await testDatabase(t)
+/** The batch exporter sends every few seconds; each look parses every export so far. */
+const SPANS_ARRIVE_MS = 15_000
+const SPANS_POLL_MS = 50
 
 interface Export {
   path: string
@@ -57,14 +61,6 @@ async function tracedCreate (server: ServerProcess, traceId: string): Promise<vo
     body: JSON.stringify({ name: `otlp-${traceId.slice(0, 6)}` })
   })
   if (res.status !== 201) throw new Error(`create answered ${res.status}`)
-}
-
-async function until (what: string, check: () => boolean, timeoutMs = 15000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
-    await new Promise(resolve => setTimeout(resolve, 50))
-  }
 }
 
 function logLineOf (server: ServerProcess, traceId: string): Record<string, unknown> | undefined {
@@ -113,7 +109,9 @@ t.test("http/json: the spans of a request arrive, in the caller's trace", async 
       .filter(s => s.traceId === traceId)
   await until(
     'the server span and a pg query arrive',
-    () => spans().some(s => s.kind === 2) && spans().some(s => s.name.startsWith('pg.query'))
+    async () => spans().some(s => s.kind === 2) && spans().some(s => s.name.startsWith('pg.query')),
+    SPANS_ARRIVE_MS,
+    SPANS_POLL_MS
   )
   t.ok(
     otlp.received.every(e => e.contentType === 'application/json'),
