@@ -18,6 +18,8 @@ export async function withClient<T> (
 
 /** The pid of a backend of the service (application_name petstore/…) that waits for a lock, if one does. */
 export async function lockWaiter (client: pg.ClientBase): Promise<number | undefined> {
+  // A transaction reads pg_stat_activity's list of backends once: a locker inside one would not see new ones.
+  await client.query('SELECT pg_stat_clear_snapshot()')
   const { rows } = await client.query<{ pid: number }>(
     "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'petstore/%' AND wait_event_type = 'Lock'")
   return rows[0]?.pid
