@@ -81,6 +81,8 @@ export interface LoadResult {
 export interface Load {
   /** As LoadResult's, while the load runs. */
   firstCreatedAfter: (at: number) => Array<number | undefined>
+  /** How many creates have had their 201 so far. */
+  acknowledgedCount: () => number
   /** Ends the load: no new creates; keyed creates still unanswered are retried (up to 30 s) until they get their 201.
    * */
   stop: () => Promise<LoadResult>
@@ -283,7 +285,7 @@ export function startLoad (t: Teardown, options: LoadOptions): Load {
     if (stopped === undefined) state.resolveDeadline = performance.now()
     await stop()
   })
-  return { firstCreatedAfter, stop }
+  return { firstCreatedAfter, acknowledgedCount: () => acknowledged.size, stop }
 
   async function finish (): Promise<LoadResult> {
     state.stopping = true
