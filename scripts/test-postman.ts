@@ -38,7 +38,9 @@ try {
     const res = await fetch(`${base}/health/ready`).catch(() => undefined)
     return res?.status === 200
   }
-  await until('the server is ready', ready, READY_TIMEOUT_MS, READY_POLL_MS)
+  await until('the server is ready', ready, READY_TIMEOUT_MS, READY_POLL_MS).catch((err: unknown) => {
+    throw new Error(`${(err as Error).message}; its output:\n${server.output()}`, { cause: err })
+  })
   const res = await fetch(`${base}/docs/petstore.postman_collection.json`)
   if (res.status !== 200) throw new Error(`GET /docs/petstore.postman_collection.json answered ${res.status}`)
   const collection = (await res.json()) as object
