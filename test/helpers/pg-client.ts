@@ -36,6 +36,9 @@ Promise<pg.Client> {
   t.teardown(async () => {
     await locker.end()
   })
+  // It connects as the service's role, whose short DB_STATEMENT_TIMEOUT_MS in a test would cut the locker's own
+  // statements short on a loaded machine (pg does not send a statement_timeout of 0).
+  await locker.query('SET statement_timeout = 0')
   await locker.query('BEGIN')
   await locker.query(`LOCK TABLE categories IN ${mode} MODE`)
   return locker
