@@ -5,6 +5,7 @@ import { loadConfig } from '../../src/config.js'
 import { runMigrations } from '../../src/db/migrate.js'
 import { AUTH, TEST_KEY, metric, testApp, until } from '../helpers/app.js'
 import { testDatabase } from '../helpers/database.js'
+import { lockCategories, withClient } from '../helpers/pg-client.js'
 
 const db = await testDatabase(t)
 const { app } = await testApp(t, db.url)
@@ -55,15 +56,10 @@ t.test(
   async t => {
     const url = await db.createDatabase()
     await runMigrations(url, { info () {}, warn () {}, error () {} })
-    const locker = new pg.Client({ connectionString: url })
-    await locker.connect()
-    t.teardown(async () => {
-      await locker.end()
-    })
-    await locker.query("INSERT INTO categories (name) SELECT 'warm ' || i FROM generate_series(1, 1000) AS i")
+    await withClient(url, async client =>
+      await client.query("INSERT INTO categories (name) SELECT 'warm ' || i FROM generate_series(1, 1000) AS i"))
     // The build's read waits behind this lock: the instance is up, and its list is not built.
-    await locker.query('BEGIN')
-    await locker.query('LOCK TABLE categories IN ACCESS EXCLUSIVE MODE')
+    const locker = await lockCategories(t, url, 'ACCESS EXCLUSIVE')
     const config = loadConfig({ DATABASE_URL: url, API_KEYS: TEST_KEY, LOG_LEVEL: 'warn', METRICS_PORT: '0' })
     const cold = await buildApp({ ...config, databaseUrl: url })
     t.teardown(async () => {
